@@ -1,0 +1,343 @@
+package omnibus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// Durability is how far a publish must get before Publish returns.
+type Durability = driver.Durability
+
+// Durability levels. Each transport maps them to its own setting.
+const (
+	DurabilityAll    = driver.DurabilityAll
+	DurabilityLeader = driver.DurabilityLeader
+	DurabilityNone   = driver.DurabilityNone
+)
+
+// Capabilities is what a transport can do; see driver.Capabilities.
+type Capabilities = driver.Capabilities
+
+// Client is an open connection to one transport. It is safe for
+// concurrent use. Create it with [Open] from a URL, or with [New] from a
+// driver connection.
+type Client struct {
+	conn       driver.Conn
+	caps       driver.Capabilities
+	name       string // the redacted URL, or the scheme
+	scheme     string
+	durability Durability
+	logger     *slog.Logger
+
+	mu        sync.Mutex
+	closed    bool
+	consumers map[*Consumer]struct{}
+}
+
+// Option configures a Client.
+type Option func(*clientConfig) error
+
+type clientConfig struct {
+	durability *Durability
+	logger     *slog.Logger
+}
+
+// WithDurability sets the durability of every Publish on the client.
+// Default: DurabilityAll, or the URL's durability parameter. Kafka: acks;
+// RabbitMQ: publisher confirms; JetStream: publish acks.
+func WithDurability(d Durability) Option {
+	return func(c *clientConfig) error {
+		if d < DurabilityAll || d > DurabilityNone {
+			return fmt.Errorf("omnibus: invalid durability %d: %w", int(d), ErrInvalid)
+		}
+		c.durability = &d
+		return nil
+	}
+}
+
+// WithLogger sets the logger for the client and its consumers. Default:
+// slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *clientConfig) error {
+		if l == nil {
+			return fmt.Errorf("omnibus: nil logger: %w", ErrInvalid)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// Open connects to the transport named by rawURL, whose scheme selects a
+// registered driver. The query parameter durability (none | leader | all)
+// is read here for every transport; the driver rejects any other
+// parameter it does not know. Errors never show the URL's password.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
+	u, portable, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	d, err := lookup(u.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	if v := portable.Get("durability"); v != "" {
+		dur, err := ParseDurability(v)
+		if err != nil {
+			return nil, fmt.Errorf("omnibus: URL %q: %w", u.Redacted(), err)
+		}
+		opts = append([]Option{WithDurability(dur)}, opts...)
+	}
+	cfg, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := d.Open(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("omnibus: open %s: %w", u.Redacted(), err)
+	}
+	return newClient(conn, u.Scheme, u.Redacted(), cfg), nil
+}
+
+// New returns a Client over an open driver connection: the typed path for
+// callers who build a transport's connection themselves (for example
+// membus.New()) instead of naming it by URL.
+func New(conn driver.Conn, opts ...Option) (*Client, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("omnibus: New: nil connection: %w", ErrInvalid)
+	}
+	cfg, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("%T", conn)
+	return newClient(conn, name, name, cfg), nil
+}
+
+func applyOptions(opts []Option) (clientConfig, error) {
+	var cfg clientConfig
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+func newClient(conn driver.Conn, scheme, name string, cfg clientConfig) *Client {
+	c := &Client{
+		conn:      conn,
+		caps:      conn.Capabilities(),
+		name:      name,
+		scheme:    scheme,
+		logger:    cfg.logger,
+		consumers: map[*Consumer]struct{}{},
+	}
+	if cfg.durability != nil {
+		c.durability = *cfg.durability
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	c.logger = c.logger.With("transport", scheme)
+	return c
+}
+
+// ParseDurability parses "none", "leader" or "all".
+func ParseDurability(s string) (Durability, error) {
+	switch s {
+	case "all":
+		return DurabilityAll, nil
+	case "leader":
+		return DurabilityLeader, nil
+	case "none":
+		return DurabilityNone, nil
+	}
+	return 0, fmt.Errorf("durability %q: want none, leader or all: %w", s, ErrInvalid)
+}
+
+// Capabilities reports what the transport guarantees.
+func (c *Client) Capabilities() Capabilities { return c.caps }
+
+// Durability is the client's publish durability.
+func (c *Client) Durability() Durability { return c.durability }
+
+// String returns the client's URL with any password redacted.
+func (c *Client) String() string { return c.name }
+
+// Driver returns the driver connection, for the transport's own extras.
+func (c *Client) Driver() driver.Conn { return c.conn }
+
+// Publish sends msgs to topic and returns when each has reached the
+// client's durability. It fills empty IDs and zero Times in msgs.
+//
+// When the transport fails some messages of the batch, Publish returns a
+// *PublishError listing them; the others landed. Any other error means no
+// message can be assumed to have landed.
+func (c *Client) Publish(ctx context.Context, topic string, msgs ...*Message) error {
+	if err := c.checkOpen("publish", topic); err != nil {
+		return err
+	}
+	if topic == "" {
+		return fmt.Errorf("omnibus: publish: empty topic: %w", ErrInvalid)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	now := time.Now()
+	dms := make([]driver.Message, len(msgs))
+	ptrs := make([]*driver.Message, len(msgs))
+	for i, m := range msgs {
+		if m == nil {
+			return fmt.Errorf("omnibus: publish %q: message %d is nil: %w", topic, i, ErrInvalid)
+		}
+		dms[i] = toDriver(m, now)
+		ptrs[i] = &dms[i]
+	}
+	return c.publish(ctx, topic, ptrs, c.durability)
+}
+
+func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message, dur Durability) error {
+	if max := c.caps.MaxMessageBytes; max > 0 {
+		var failed []PublishFailure
+		for i, m := range ms {
+			if n := m.Size(); n > max {
+				failed = append(failed, PublishFailure{Index: i, ID: m.ID,
+					Err: fmt.Errorf("%d bytes, limit %d: %w", n, max, ErrTooLarge)})
+			}
+		}
+		if failed != nil {
+			return c.publishRest(ctx, topic, ms, dur, failed)
+		}
+	}
+	err := c.conn.Publish(ctx, topic, ms, driver.PublishOptions{Durability: dur})
+	return wrapPublishError(topic, ms, nil, err)
+}
+
+// publishRest publishes the messages not already failed and merges the
+// failures, so one oversized message does not stop the rest.
+func (c *Client) publishRest(ctx context.Context, topic string, ms []*driver.Message, dur Durability, failed []PublishFailure) error {
+	rest := make([]*driver.Message, 0, len(ms)-len(failed))
+	index := make([]int, 0, cap(rest))
+	f := 0
+	for i, m := range ms {
+		if f < len(failed) && failed[f].Index == i {
+			f++
+			continue
+		}
+		rest = append(rest, m)
+		index = append(index, i)
+	}
+	var err error
+	if len(rest) > 0 {
+		err = c.conn.Publish(ctx, topic, rest, driver.PublishOptions{Durability: dur})
+	}
+	return wrapPublishError(topic, rest, index, err, failed...)
+}
+
+// wrapPublishError turns a driver error into a *PublishError. index maps
+// positions in ms to positions in the caller's arguments (nil: identity).
+func wrapPublishError(topic string, ms []*driver.Message, index []int, err error, failed ...PublishFailure) error {
+	if err == nil && len(failed) == 0 {
+		return nil
+	}
+	pos := func(i int) int {
+		if index == nil {
+			return i
+		}
+		return index[i]
+	}
+	var be *driver.BatchError
+	switch {
+	case err == nil:
+	case errors.As(err, &be) && len(be.Errs) == len(ms):
+		for i, e := range be.Errs {
+			if e != nil {
+				failed = append(failed, PublishFailure{Index: pos(i), ID: ms[i].ID, Err: e})
+			}
+		}
+	default:
+		if len(failed) == 0 {
+			return fmt.Errorf("omnibus: publish %q: %w", topic, err)
+		}
+		for i, m := range ms {
+			failed = append(failed, PublishFailure{Index: pos(i), ID: m.ID, Err: err})
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	slicesSortFailures(failed)
+	return &PublishError{Topic: topic, Failed: failed}
+}
+
+// CreateTopic makes sure topic exists with at least lanes lanes, on
+// transports whose topics need creating. On the others it returns nil.
+func (c *Client) CreateTopic(ctx context.Context, topic string, lanes int) error {
+	if err := c.checkOpen("create topic", topic); err != nil {
+		return err
+	}
+	if lanes < 1 {
+		return fmt.Errorf("omnibus: create topic %q: lanes %d, want at least 1: %w", topic, lanes, ErrInvalid)
+	}
+	tc, ok := c.conn.(driver.TopicCreator)
+	if !ok {
+		return nil
+	}
+	if err := tc.CreateTopic(ctx, topic, lanes); err != nil {
+		return fmt.Errorf("omnibus: create topic %q: %w", topic, err)
+	}
+	return nil
+}
+
+func (c *Client) checkOpen(op, topic string) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return fmt.Errorf("omnibus: %s %q: %w", op, topic, ErrClosed)
+	}
+	return nil
+}
+
+// Close closes every consumer of the client at once (see Consumer.Close),
+// then the connection. Close is idempotent; use Consumer.Shutdown first to
+// drain.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	consumers := make([]*Consumer, 0, len(c.consumers))
+	for k := range c.consumers {
+		consumers = append(consumers, k)
+	}
+	c.mu.Unlock()
+	for _, k := range consumers {
+		k.Close()
+	}
+	return c.conn.Close()
+}
+
+func (c *Client) addConsumer(k *Consumer) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.consumers[k] = struct{}{}
+	return nil
+}
+
+func (c *Client) removeConsumer(k *Consumer) {
+	c.mu.Lock()
+	delete(c.consumers, k)
+	c.mu.Unlock()
+}

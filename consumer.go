@@ -1,0 +1,452 @@
+package omnibus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// Consumer runs a handler over a topic for one consumer group: the engine.
+// It is created by Client.Subscribe or Client.SubscribeBatch and started by
+// Run.
+//
+// # Delivery semantics
+//
+// At least once. A message is settled (acknowledged, or covered by a
+// committed position) only after its handler returned nil or after it was
+// dead-lettered. On logs the engine commits, per lane, the highest
+// position below which every message is settled, so a message finishing
+// early never commits past one still running. Handler errors are retried
+// with exponential backoff and jitter, without blocking other keys or
+// lanes; after MaxAttempts, or at once for a [Permanent] error, the
+// message is published to the dead-letter topic with headers saying why,
+// and then settled.
+//
+// # Concurrency
+//
+// Handlers run concurrently, bounded by MaxInFlight per member, in the
+// order the Ordering mode promises. All methods may be called from any
+// goroutine.
+type Consumer struct {
+	client  *Client
+	topic   string
+	cfg     consumerConfig
+	handler Handler
+	batch   BatchHandler
+	nack    bool // use the transport's native redelivery for retries
+	logger  *slog.Logger
+
+	mu       sync.Mutex
+	members  []*member
+	nextID   int
+	started  bool
+	stopping bool
+	err      error
+	done     chan struct{}
+	doneOnce sync.Once
+}
+
+// Subscribe creates a consumer of topic that runs h for each message, and
+// joins the consumer group (Group option, default a throwaway group). The
+// consumer receives nothing until Run is called.
+//
+// A request the transport cannot keep (OrderLane or OrderKey on unordered
+// lanes, StartEarliest without replay) fails here with a
+// *CapabilityError.
+func (c *Client) Subscribe(ctx context.Context, topic string, h Handler, opts ...SubscribeOption) (*Consumer, error) {
+	if h == nil {
+		return nil, fmt.Errorf("omnibus: subscribe %q: nil handler: %w", topic, ErrInvalid)
+	}
+	return c.subscribe(ctx, topic, h, nil, opts)
+}
+
+// SubscribeBatch is Subscribe for a handler that takes batches, formed as
+// the Batch option says.
+func (c *Client) SubscribeBatch(ctx context.Context, topic string, h BatchHandler, opts ...SubscribeOption) (*Consumer, error) {
+	if h == nil {
+		return nil, fmt.Errorf("omnibus: subscribe %q: nil handler: %w", topic, ErrInvalid)
+	}
+	return c.subscribe(ctx, topic, nil, h, opts)
+}
+
+func (c *Client) subscribe(ctx context.Context, topic string, h Handler, bh BatchHandler, opts []SubscribeOption) (*Consumer, error) {
+	if err := c.checkOpen("subscribe", topic); err != nil {
+		return nil, err
+	}
+	if topic == "" {
+		return nil, fmt.Errorf("omnibus: subscribe: empty topic: %w", ErrInvalid)
+	}
+	cfg := defaultConsumerConfig(topic)
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, fmt.Errorf("omnibus: subscribe %q: %w", topic, err)
+		}
+	}
+	if err := c.checkCapabilities(&cfg); err != nil {
+		return nil, err
+	}
+	if cfg.group == "" {
+		cfg.group = "omnibus-" + NewID()
+	}
+	k := &Consumer{
+		client:  c,
+		topic:   topic,
+		cfg:     cfg,
+		handler: h,
+		batch:   bh,
+		logger:  c.logger.With("topic", topic, "group", cfg.group),
+		done:    make(chan struct{}),
+	}
+	if err := c.addConsumer(k); err != nil {
+		return nil, fmt.Errorf("omnibus: subscribe %q: %w", topic, err)
+	}
+	for range cfg.consumers {
+		if _, err := k.addMember(ctx); err != nil {
+			k.Close()
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+func (c *Client) checkCapabilities(cfg *consumerConfig) error {
+	if cfg.ordering == OrderDefault {
+		cfg.ordering = OrderNone
+		if c.caps.Ordered {
+			cfg.ordering = OrderKey
+		}
+	}
+	if (cfg.ordering == OrderLane || cfg.ordering == OrderKey) && !c.caps.Ordered {
+		return &CapabilityError{Scheme: c.scheme, Capability: "ordering",
+			Detail: fmt.Sprintf("ordering %s needs ordered lanes; use OrderNone, or the transport's partitioned mode", cfg.ordering)}
+	}
+	if cfg.startAt == StartEarliest && !c.caps.Replay {
+		return &CapabilityError{Scheme: c.scheme, Capability: "replay",
+			Detail: "a new group cannot start from the earliest message"}
+	}
+	return nil
+}
+
+// Topic is the topic the consumer reads.
+func (k *Consumer) Topic() string { return k.topic }
+
+// Group is the consumer group's name.
+func (k *Consumer) Group() string { return k.cfg.group }
+
+// addMember joins one more group member; the member starts fetching at
+// once when the consumer is running.
+func (k *Consumer) addMember(ctx context.Context) (*member, error) {
+	k.mu.Lock()
+	if k.stopping {
+		k.mu.Unlock()
+		return nil, fmt.Errorf("omnibus: consumer %q: %w", k.topic, ErrClosed)
+	}
+	id := k.nextID
+	k.nextID++
+	k.mu.Unlock()
+
+	m := newMember(k, id)
+	sub, err := k.client.conn.Subscribe(ctx, k.topic, driver.SubscribeOptions{
+		Group:       k.cfg.group,
+		StartAt:     k.cfg.startAt,
+		MaxInFlight: k.cfg.maxInFlight,
+		Lanes:       m,
+	})
+	if err != nil {
+		m.cancel()
+		return nil, fmt.Errorf("omnibus: subscribe %q group %q: %w", k.topic, k.cfg.group, err)
+	}
+	if err := m.bind(sub); err != nil {
+		_ = sub.Close()
+		m.cancel()
+		return nil, fmt.Errorf("omnibus: subscribe %q: %w", k.topic, err)
+	}
+	k.mu.Lock()
+	if k.stopping {
+		k.mu.Unlock()
+		m.close()
+		return nil, fmt.Errorf("omnibus: consumer %q: %w", k.topic, ErrClosed)
+	}
+	k.members = append(k.members, m)
+	if k.started {
+		m.start()
+	}
+	k.mu.Unlock()
+	return m, nil
+}
+
+// Run starts the consumer and blocks until ctx ends (then it drains as
+// Shutdown does, bounded by DrainTimeout, and returns nil), until Shutdown
+// or Close is called (nil), or until the transport fails in a way the
+// engine cannot recover from (that error).
+func (k *Consumer) Run(ctx context.Context) error {
+	k.mu.Lock()
+	if k.started {
+		k.mu.Unlock()
+		return fmt.Errorf("omnibus: consumer %q: Run called twice: %w", k.topic, ErrInvalid)
+	}
+	if k.stopping {
+		k.mu.Unlock()
+		return fmt.Errorf("omnibus: consumer %q: %w", k.topic, ErrClosed)
+	}
+	k.started = true
+	for _, m := range k.members {
+		m.start()
+	}
+	k.mu.Unlock()
+
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.drainTimeout)
+		defer cancel()
+		if err := k.Shutdown(sctx); err != nil && !errors.Is(err, ErrClosed) {
+			k.logger.Warn("omnibus: drain after cancellation incomplete", "err", err)
+		}
+		return nil
+	case <-k.done:
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.err
+	}
+}
+
+// fail stops the consumer after an error it cannot recover from.
+func (k *Consumer) fail(err error) {
+	k.mu.Lock()
+	if k.err == nil {
+		k.err = err
+	}
+	k.mu.Unlock()
+	k.logger.Error("omnibus: consumer failed", "err", err)
+	go k.Close() // not from the member's own goroutine, which Close waits for
+}
+
+// Shutdown stops fetching, lets running and queued handlers finish,
+// commits what is settled, leaves the group and returns. Messages waiting
+// for a retry are released to the transport (redelivered later). When
+// ctx ends first, running handlers see their context cancelled and
+// Shutdown returns an *UnsettledError wrapping ctx's error. Shutdown after
+// Shutdown or Close returns ErrClosed.
+func (k *Consumer) Shutdown(ctx context.Context) error {
+	members, ok := k.stop()
+	if !ok {
+		return fmt.Errorf("omnibus: shutdown %q: %w", k.topic, ErrClosed)
+	}
+	unsettled := 0
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, m := range members {
+		wg.Go(func() {
+			n := m.shutdown(ctx)
+			mu.Lock()
+			unsettled += n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	k.finish()
+	if unsettled > 0 {
+		return &UnsettledError{Topic: k.topic, Count: unsettled, Err: ctx.Err()}
+	}
+	return nil
+}
+
+// Close stops the consumer at once: handlers see their context
+// cancelled, nothing more is committed, and unsettled messages are
+// redelivered by the transport later. Close waits for the handlers to
+// return, so no goroutine outlives it. Close is idempotent.
+func (k *Consumer) Close() error {
+	members, _ := k.stop()
+	var wg sync.WaitGroup
+	for _, m := range members {
+		wg.Go(m.close)
+	}
+	wg.Wait()
+	k.finish()
+	return nil
+}
+
+func (k *Consumer) stop() ([]*member, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopping {
+		return nil, false
+	}
+	k.stopping = true
+	members := k.members
+	k.members = nil
+	return members, true
+}
+
+func (k *Consumer) finish() {
+	k.doneOnce.Do(func() {
+		k.client.removeConsumer(k)
+		close(k.done)
+	})
+}
+
+// Done is closed when the consumer has stopped.
+func (k *Consumer) Done() <-chan struct{} { return k.done }
+
+// Members is the number of group members running.
+func (k *Consumer) Members() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.members)
+}
+
+// Scale sets the number of group members to n (at least 1): it joins new
+// members, or shuts down the newest ones gracefully (their lanes are
+// drained and committed before they move), bounded by ctx.
+func (k *Consumer) Scale(ctx context.Context, n int) error {
+	if err := positive("consumers", n); err != nil {
+		return err
+	}
+	for {
+		k.mu.Lock()
+		if k.stopping {
+			k.mu.Unlock()
+			return fmt.Errorf("omnibus: scale %q: %w", k.topic, ErrClosed)
+		}
+		have := len(k.members)
+		var victim *member
+		if have > n {
+			victim = k.members[have-1]
+			k.members = k.members[:have-1]
+		}
+		k.mu.Unlock()
+		switch {
+		case have < n:
+			if _, err := k.addMember(ctx); err != nil {
+				return err
+			}
+		case victim != nil:
+			if left := victim.shutdown(ctx); left > 0 {
+				return &UnsettledError{Topic: k.topic, Count: left, Err: ctx.Err()}
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// Lag reports the group's lag per lane, from the transport. A lane whose
+// lag the transport could not read has Known false; it is never reported
+// as zero. Lag returns an error wrapping ErrUnsupported on transports
+// without lag.
+func (k *Consumer) Lag(ctx context.Context) ([]LaneLag, error) {
+	k.mu.Lock()
+	var lr driver.LagReader
+	for _, m := range k.members {
+		if r, ok := m.sub.(driver.LagReader); ok {
+			lr = r
+			break
+		}
+	}
+	stopping := k.stopping
+	k.mu.Unlock()
+	if stopping {
+		return nil, fmt.Errorf("omnibus: lag %q: %w", k.topic, ErrClosed)
+	}
+	if lr == nil {
+		return nil, &CapabilityError{Scheme: k.client.scheme, Capability: "lag", Detail: "the transport cannot report lag"}
+	}
+	lags, err := lr.Lag(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("omnibus: lag %q group %q: %w", k.topic, k.cfg.group, err)
+	}
+	slices.SortFunc(lags, func(a, b LaneLag) int { return compareLanes(a.Lane, b.Lane) })
+	return lags, nil
+}
+
+// LaneLag is the lag of one lane; see driver.LaneLag.
+type LaneLag = driver.LaneLag
+
+// Stats is a snapshot of the consumer's engine.
+type Stats struct {
+	Members   int
+	InFlight  int   // messages received and not settled
+	Processed int64 // messages settled since the consumer started
+	Lanes     []LaneStats
+}
+
+// LaneStats is one claimed lane in a Stats snapshot.
+type LaneStats struct {
+	Lane     string
+	Member   int
+	InFlight int
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (k *Consumer) Stats() Stats {
+	k.mu.Lock()
+	members := slices.Clone(k.members)
+	k.mu.Unlock()
+	s := Stats{Members: len(members)}
+	for _, m := range members {
+		m.mu.Lock()
+		s.InFlight += m.inflight
+		for _, l := range m.lanes {
+			s.Lanes = append(s.Lanes, LaneStats{Lane: l.id, Member: m.id, InFlight: l.inflight})
+		}
+		m.mu.Unlock()
+		s.Processed += m.processed.Load()
+	}
+	slices.SortFunc(s.Lanes, func(a, b LaneStats) int { return compareLanes(a.Lane, b.Lane) })
+	return s
+}
+
+// compareLanes orders lane names numerically when both are numbers.
+func compareLanes(a, b string) int {
+	if len(a) != len(b) && isDigits(a) && isDigits(b) {
+		return len(a) - len(b)
+	}
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// UnsettledError reports messages left unsettled when a drain ran out of
+// time. They are not lost: the transport delivers them again.
+type UnsettledError struct {
+	Topic string
+	Count int
+	Err   error
+}
+
+func (e *UnsettledError) Error() string {
+	return fmt.Sprintf("omnibus: drain %q: %d message(s) left unsettled (the transport redelivers them): %v", e.Topic, e.Count, e.Err)
+}
+
+func (e *UnsettledError) Unwrap() error { return e.Err }
+
+// backoff returns the delay before retry number attempt (1-based).
+func (c *consumerConfig) backoff(attempt int, rnd func() float64) time.Duration {
+	d := c.backoffMin
+	for i := 1; i < attempt && d < c.backoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.backoffMax)
+	// Jitter: a uniform delay in [d/2, d].
+	return d/2 + time.Duration(rnd()*float64(d/2))
+}
+

@@ -1,0 +1,308 @@
+// Package driver defines the interface a transport implements to plug into
+// omnibus. Users do not import it; transport authors do.
+//
+// The interface is small and batch-shaped on purpose: a driver does I/O and
+// declares what its transport can do. Everything a user might want on top of
+// that (retry with backoff, dead-lettering, ordering per key, offset
+// watermarks, backpressure, batching, drain on shutdown, metrics) is written
+// once, in package omnibus, above the drivers.
+//
+// # Delivery semantics
+//
+// A subscription is one member of a consumer group. The group's unit of
+// parallelism is a lane: a Kafka partition, a Kinesis shard, one of N
+// partition queues on a broker, or the single unordered lane of a plain
+// queue. The driver tells the engine which lanes the member holds through
+// the [Lanes] callbacks given at subscribe time, and hands out deliveries in
+// lane order through [Subscriber.Receive].
+//
+// Settlement comes in two forms, chosen by the optional interfaces a
+// Subscriber implements:
+//
+//   - [Acker]: per-message acknowledgement (RabbitMQ, JetStream, Redis). A
+//     transport that can also ask for redelivery implements [Nacker].
+//   - [Committer]: a position per lane (Kafka offsets, Kinesis sequence
+//     numbers). The engine passes the highest delivery of a lane below which
+//     every delivery is settled, and the driver stores its position.
+//
+// A driver never retries a failed operation on its own and never decides
+// that a message is done: that is the engine's job.
+//
+// # Errors
+//
+// Drivers wrap the client library's error with %w so callers can reach it
+// with errors.As, and wrap one of the sentinels in package omnibus/driver
+// ([ErrNotFound], [ErrUnsupported], ...) where the condition matches, so
+// package omnibus can classify it. [ErrRetryable] marks an error after which
+// the server cannot have acted on the request, the same contract as
+// database/sql/driver.ErrBadConn.
+//
+// # Concurrency
+//
+// Conn methods may be called concurrently. A Subscriber's Receive is called
+// from one goroutine at a time; its Ack, Nack, Commit and Lag may be called
+// concurrently with Receive and with each other.
+package driver
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Sentinel errors a driver wraps so the portable layer can classify them.
+// Package omnibus re-exports them under the same names.
+var (
+	ErrClosed      = errors.New("closed")
+	ErrNotFound    = errors.New("not found")
+	ErrUnsupported = errors.New("unsupported")
+	ErrTooLarge    = errors.New("message too large")
+	ErrRetryable   = errors.New("retryable")
+	ErrInvalid     = errors.New("invalid argument")
+)
+
+// Driver opens connections for one URL scheme. It is registered with
+// omnibus.Register from the transport package's init function.
+type Driver interface {
+	// Open connects to the transport named by u. The portable layer has
+	// already removed the query parameters it owns (see omnibus.Open); the
+	// driver rejects any parameter left that it does not know, wrapping
+	// ErrInvalid. Open honours ctx for connection set-up only.
+	Open(ctx context.Context, u *url.URL) (Conn, error)
+}
+
+// Conn is an open connection to one transport.
+type Conn interface {
+	// Capabilities reports what the transport guarantees. It is called
+	// once, after Open, and must not change afterwards.
+	Capabilities() Capabilities
+
+	// Publish sends msgs to topic and waits for the durability asked for.
+	// When the transport can fail one message of a batch, the driver
+	// returns a *BatchError with one entry per message (nil for those that
+	// landed); any other error applies to every message.
+	Publish(ctx context.Context, topic string, msgs []*Message, opts PublishOptions) error
+
+	// Subscribe joins the consumer group opts.Group on topic. The returned
+	// Subscriber is one group member.
+	Subscribe(ctx context.Context, topic string, opts SubscribeOptions) (Subscriber, error)
+
+	// Close releases the connection. The portable layer closes every
+	// Subscriber first and calls Close once.
+	Close() error
+}
+
+// Message is a message as the driver puts it on, and takes it off, the
+// wire. The portable layer fills ID and Time before publishing.
+type Message struct {
+	ID      string
+	Key     string
+	Type    string
+	Source  string
+	Time    time.Time
+	Headers map[string]string
+	Body    []byte
+}
+
+// Size is the number of bytes the message occupies in the engine's
+// accounting: body, key and headers.
+func (m *Message) Size() int {
+	n := len(m.Body) + len(m.Key) + len(m.ID) + len(m.Type) + len(m.Source)
+	for k, v := range m.Headers {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// Delivery is a message received on a lane. After Receive returns it, the
+// engine owns the Delivery and hands it back to Ack, Nack or Commit.
+type Delivery struct {
+	Message
+
+	// Lane identifies the lane the delivery came from, as announced by
+	// Lanes.Claimed.
+	Lane string
+	// Position is the delivery's place in the lane in the transport's own
+	// terms (a Kafka offset, a stream sequence, a Kinesis sequence number).
+	// It is informational: the engine orders deliveries by the order
+	// Receive returned them and never compares positions.
+	Position string
+	// Attempt is the number of times the transport has delivered this
+	// message, starting at 1, when the transport counts redeliveries; 0
+	// when it does not.
+	Attempt int
+
+	// Token is the driver's own handle (a delivery tag, a record). The
+	// engine never looks at it.
+	Token any
+}
+
+// Durability is how far a publish must get before it counts as done.
+type Durability int
+
+const (
+	// DurabilityAll waits until every replica has the message (Kafka
+	// acks=all, RabbitMQ publisher confirms of a persistent message,
+	// JetStream publish acks).
+	DurabilityAll Durability = iota
+	// DurabilityLeader waits until the leader has the message (Kafka
+	// acks=1); transports without replicas treat it as DurabilityAll.
+	DurabilityLeader
+	// DurabilityNone does not wait for the server (Kafka acks=0, RabbitMQ
+	// without confirms, core NATS publish).
+	DurabilityNone
+)
+
+func (d Durability) String() string {
+	switch d {
+	case DurabilityAll:
+		return "all"
+	case DurabilityLeader:
+		return "leader"
+	case DurabilityNone:
+		return "none"
+	}
+	return "durability(" + strconv.Itoa(int(d)) + ")"
+}
+
+// PublishOptions are the settings of one Publish call.
+type PublishOptions struct {
+	Durability Durability
+}
+
+// StartAt is where a new consumer group starts reading.
+type StartAt int
+
+const (
+	// StartLatest reads only messages published after the group is created.
+	StartLatest StartAt = iota
+	// StartEarliest reads every message the transport still holds
+	// (requires Capabilities.Replay).
+	StartEarliest
+)
+
+// SubscribeOptions are the settings of one group member.
+type SubscribeOptions struct {
+	// Group names the consumer group. Never empty: the portable layer
+	// generates a throwaway name when the user gives none.
+	Group string
+	// StartAt applies when the group has no committed position yet.
+	StartAt StartAt
+	// MaxInFlight is the engine's bound on messages received and not yet
+	// settled. Brokers that push use it as their prefetch.
+	MaxInFlight int
+	// Lanes receives lane claims and revocations. Never nil.
+	Lanes Lanes
+}
+
+// Lanes is implemented by the engine and called by the driver when the
+// group member gains or loses lanes.
+//
+// Claimed is called before Receive returns any delivery of the lane.
+// Revoked blocks until the engine has stopped working on the lanes,
+// finished or abandoned what was in flight within its drain bound, and
+// committed what was settled; after it returns the engine makes no further
+// call for those lanes, and Receive must not return deliveries of the old
+// claim. Lost is for lanes taken away without the chance to commit (a
+// session expired); the engine abandons them at once.
+//
+// The driver calls these from one goroutine at a time, never while holding
+// a lock that Receive, Ack or Commit needs.
+type Lanes interface {
+	Claimed(lanes []string)
+	Revoked(ctx context.Context, lanes []string)
+	Lost(lanes []string)
+}
+
+// Subscriber is one member of a consumer group.
+//
+// A Subscriber must also implement Acker or Committer.
+type Subscriber interface {
+	// Receive blocks until at least one delivery is available and returns
+	// at most max of them, in lane order. It returns ctx.Err() when ctx
+	// ends and an error wrapping ErrClosed after Close.
+	Receive(ctx context.Context, max int) ([]*Delivery, error)
+
+	// Close leaves the group. Unsettled deliveries go back to the
+	// transport: brokers redeliver them, logs resume from the last commit.
+	// Close is called once, after the engine has committed what it could.
+	Close() error
+}
+
+// Acker settles deliveries one by one (brokers).
+type Acker interface {
+	Ack(ctx context.Context, ds []*Delivery) error
+}
+
+// Nacker asks the transport to deliver again after delay. Only transports
+// with native redelivery implement it. The delivery may come back to any
+// member of the group, so the engine uses Nack only when the subscription
+// does not promise order.
+type Nacker interface {
+	Nack(ctx context.Context, ds []*Delivery, delay time.Duration) error
+}
+
+// Committer stores positions (logs). Each delivery passed is the highest
+// settled one of its lane, with every earlier delivery of that lane also
+// settled; at most one per lane per call. The driver stores the position
+// after it, so that a restart resumes at the first unsettled message.
+type Committer interface {
+	Commit(ctx context.Context, ds []*Delivery) error
+}
+
+// LagReader reports the group's lag on the lanes this member holds.
+type LagReader interface {
+	Lag(ctx context.Context) ([]LaneLag, error)
+}
+
+// LaneLag is the lag of one lane. Known is false when the transport could
+// not say (a failed read, a group with no position yet on a transport that
+// cannot tell); an unknown lag is never reported as zero.
+type LaneLag struct {
+	Lane  string
+	Lag   int64
+	Known bool
+}
+
+// TopicCreator creates a topic with n lanes when it does not exist. Drivers
+// whose topics need creating implement it.
+type TopicCreator interface {
+	CreateTopic(ctx context.Context, topic string, lanes int) error
+}
+
+// BatchError reports per-message failures of a Publish. Errs has one entry
+// per message of the batch, nil for those that landed.
+type BatchError struct {
+	Errs []error
+}
+
+func (e *BatchError) Error() string {
+	n := 0
+	var first error
+	for _, err := range e.Errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	if first == nil {
+		return "no message failed"
+	}
+	return strconv.Itoa(n) + " of " + strconv.Itoa(len(e.Errs)) + " messages failed, first: " + first.Error()
+}
+
+// Unwrap returns the individual errors, so errors.Is matches any of them.
+func (e *BatchError) Unwrap() []error {
+	var errs []error
+	for _, err := range e.Errs {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+

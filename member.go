@@ -1,0 +1,884 @@
+package omnibus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// Dead-letter headers the engine adds to a message it dead-letters.
+const (
+	HeaderDeadReason       = "omnibus-dead-reason"
+	HeaderDeadAttempts     = "omnibus-dead-attempts"
+	HeaderDeadTopic        = "omnibus-dead-topic"
+	HeaderDeadGroup        = "omnibus-dead-group"
+	HeaderDeadLane         = "omnibus-dead-lane"
+	HeaderDeadPosition     = "omnibus-dead-position"
+	HeaderDeadFirstFailure = "omnibus-dead-first-failure"
+	HeaderDeadLastFailure  = "omnibus-dead-last-failure"
+)
+
+// member is one group member: one driver.Subscriber and the engine state
+// of the lanes it holds.
+//
+// Goroutines, all owned by the member and ended by shutdown or close:
+//   - fetch: calls Receive while there is room and dispatches deliveries;
+//   - settle: sends acknowledgements and commits, coalesced;
+//   - one runner per busy slot (a key in OrderKey, a lane in OrderLane, a
+//     message in OrderNone), alive while the slot has work;
+//   - retry timers, which start a runner when they fire.
+//
+// Lock order: commitMu before mu. mu guards every field below it; no
+// driver call and no handler runs while mu is held.
+type member struct {
+	k  *Consumer
+	id int
+
+	sub       driver.Subscriber
+	acker     driver.Acker
+	nacker    driver.Nacker
+	committer driver.Committer
+
+	ctx    context.Context // handlers' parent; cancelled by close
+	cancel context.CancelFunc
+
+	fetchCancel context.CancelFunc
+	fetchDone   chan struct{}
+	settleCh    chan struct{} // wake the settle loop
+	settleStop  chan struct{}
+	settleDone  chan struct{}
+	roomCh      chan struct{} // wake the fetch loop
+	wg          sync.WaitGroup
+	processed   atomic.Int64
+
+	commitMu sync.Mutex
+
+	mu        sync.Mutex
+	started   bool
+	draining  bool // shutdown: no new retries, flush batches at once
+	lanes     map[string]*lane
+	inflight  int
+	bytes     int
+	pending   int // entries held for the watermark (settled or not)
+	acks      []*driver.Delivery
+	drained   chan struct{} // closed when inflight reaches 0 while draining
+	epoch     uint64            // counts revocations
+	revokedAt map[string]uint64 // lane -> epoch of its last revocation
+	closeOnce sync.Once
+}
+
+type lane struct {
+	id        string
+	ctx       context.Context
+	cancel    context.CancelFunc
+	slots     map[string]*slot // by key ("" for the whole lane)
+	loose     map[*slot]struct{}
+	head      *entry // oldest entry not yet under the watermark
+	tail      *entry
+	mark      *driver.Delivery // settled watermark not yet committed
+	inflight  int
+	revoking  bool
+	gone      bool
+	idle      chan struct{} // closed when inflight reaches 0 while revoking
+	committed int          // entries in the list
+}
+
+type slot struct {
+	lane    *lane
+	key     string
+	loose   bool
+	queue   []*entry
+	running int         // entries at the head of queue being handled
+	active  bool        // a runner or a retry timer owns the slot
+	timer   *time.Timer // pending retry
+	wake    chan struct{}
+}
+
+type entry struct {
+	d         *driver.Delivery
+	msg       Message
+	lane      *lane
+	size      int
+	attempts  int // attempts made by this engine
+	base      int // attempts the transport made before this delivery
+	settled   bool
+	next      *entry
+	arrived   time.Time
+	firstFail time.Time
+	lastFail  time.Time
+	lastErr   error
+}
+
+func newMember(k *Consumer, id int) *member {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &member{
+		k: k, id: id,
+		ctx: ctx, cancel: cancel,
+		fetchDone:  make(chan struct{}),
+		settleCh:   make(chan struct{}, 1),
+		settleStop: make(chan struct{}),
+		settleDone: make(chan struct{}),
+		roomCh:     make(chan struct{}, 1),
+		lanes:      map[string]*lane{},
+		revokedAt:  map[string]uint64{},
+	}
+}
+
+// bind attaches the driver's subscriber and finds how it settles.
+func (m *member) bind(sub driver.Subscriber) error {
+	m.sub = sub
+	m.acker, _ = sub.(driver.Acker)
+	m.committer, _ = sub.(driver.Committer)
+	if m.acker == nil && m.committer == nil {
+		return fmt.Errorf("driver %T implements neither Ack nor Commit: %w", sub, ErrUnsupported)
+	}
+	if m.committer == nil && m.k.cfg.ordering == OrderNone {
+		// Native redelivery would reorder, so only unordered consumers use it.
+		m.nacker, _ = sub.(driver.Nacker)
+	}
+	return nil
+}
+
+func (m *member) start() {
+	m.mu.Lock()
+	if m.started {
+		m.mu.Unlock()
+		return
+	}
+	m.started = true
+	m.mu.Unlock()
+	fctx, fcancel := context.WithCancel(m.ctx)
+	m.fetchCancel = fcancel
+	go m.fetchLoop(fctx)
+	go m.settleLoop()
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (m *member) emit(e Event) {
+	if fn := m.k.cfg.observer; fn != nil {
+		e.Topic, e.Group, e.Member = m.k.topic, m.k.cfg.group, m.id
+		fn(e)
+	}
+}
+
+// --- fetching and dispatch ---
+
+func (m *member) room() int {
+	cfg := &m.k.cfg
+	if m.bytes >= cfg.maxBytes || m.pending >= 16*cfg.maxInFlight {
+		return 0
+	}
+	return cfg.maxInFlight - m.inflight
+}
+
+func (m *member) fetchLoop(ctx context.Context) {
+	defer close(m.fetchDone)
+	failures := 0
+	for {
+		m.mu.Lock()
+		n := m.room()
+		epoch := m.epoch
+		m.mu.Unlock()
+		if n <= 0 {
+			select {
+			case <-m.roomCh:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		ds, err := m.sub.Receive(ctx, n)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return
+			}
+			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnsupported) || errors.Is(err, ErrInvalid) {
+				m.k.fail(fmt.Errorf("omnibus: receive %q: %w", m.k.topic, err))
+				return
+			}
+			failures++
+			delay := m.k.cfg.backoff(failures, rand.Float64)
+			m.k.logger.Warn("omnibus: receive failed, retrying", "member", m.id, "err", err, "delay", delay)
+			select {
+			case <-time.After(delay):
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		failures = 0
+		now := time.Now()
+		m.mu.Lock()
+		for _, d := range ds {
+			// A delivery received before its lane was revoked belongs to
+			// the old claim: the lane's next owner reads it again.
+			if m.revokedAt[d.Lane] <= epoch {
+				m.dispatchLocked(d, now)
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+func (m *member) laneLocked(id string) *lane {
+	l := m.lanes[id]
+	if l == nil {
+		ctx, cancel := context.WithCancel(m.ctx)
+		l = &lane{id: id, ctx: ctx, cancel: cancel, slots: map[string]*slot{}, loose: map[*slot]struct{}{}}
+		m.lanes[id] = l
+	}
+	return l
+}
+
+func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
+	l := m.laneLocked(d.Lane)
+	if l.revoking {
+		return // the lane is going away; its next owner reads it again
+	}
+	e := &entry{d: d, lane: l, arrived: now}
+	if d.Attempt > 1 {
+		e.base = d.Attempt - 1
+	}
+	fromDelivery(&e.msg, m.k.topic, d)
+	e.size = e.msg.Size()
+	l.inflight++
+	m.inflight++
+	m.bytes += e.size
+	if m.committer != nil {
+		if l.tail == nil {
+			l.head = e
+		} else {
+			l.tail.next = e
+		}
+		l.tail = e
+		l.committed++
+		m.pending++
+	}
+	var s *slot
+	switch m.k.cfg.ordering {
+	case OrderNone:
+		if m.k.batch != nil {
+			s = l.slotLocked("")
+		} else {
+			s = &slot{lane: l, loose: true}
+			l.loose[s] = struct{}{}
+		}
+	case OrderLane:
+		s = l.slotLocked("")
+	default:
+		s = l.slotLocked(d.Key)
+	}
+	s.queue = append(s.queue, e)
+	if !s.active {
+		s.active = true
+		m.wg.Add(1)
+		go m.run(s)
+	} else if s.wake != nil {
+		signal(s.wake)
+	}
+}
+
+func (l *lane) slotLocked(key string) *slot {
+	s := l.slots[key]
+	if s == nil {
+		s = &slot{lane: l, key: key}
+		l.slots[key] = s
+	}
+	return s
+}
+
+func (l *lane) dropSlotLocked(s *slot) {
+	if s.loose {
+		delete(l.loose, s)
+	} else if l.slots[s.key] == s {
+		delete(l.slots, s.key)
+	}
+}
+
+// --- running handlers ---
+
+// run is a slot's runner: it handles the slot's queue in order until the
+// queue is empty or a retry has to wait.
+func (m *member) run(s *slot) {
+	defer m.wg.Done()
+	for {
+		batch, wait := m.take(s)
+		if wait > 0 {
+			if !m.waitBatch(s, wait) {
+				return
+			}
+			continue
+		}
+		if batch == nil {
+			return
+		}
+		errs, latency := m.invoke(s.lane.ctx, batch)
+		if !m.settle(s, batch, errs, latency) {
+			return
+		}
+	}
+}
+
+// take returns the next batch of s to handle, or a time to wait for more
+// messages, or nil when the runner should end (it then releases s).
+func (m *member) take(s *slot) ([]*entry, time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := s.lane
+	if len(s.queue) == 0 || l.revoking || m.ctx.Err() != nil {
+		s.active = false
+		l.dropSlotLocked(s)
+		return nil, 0
+	}
+	n := 1
+	if m.k.batch != nil {
+		cfg := &m.k.cfg
+		bytes := s.queue[0].size
+		for n < len(s.queue) && n < cfg.batchCount && bytes+s.queue[n].size <= cfg.batchBytes {
+			bytes += s.queue[n].size
+			n++
+		}
+		full := n == cfg.batchCount || n < len(s.queue)
+		if age := time.Since(s.queue[0].arrived); !full && !m.draining && age < cfg.batchPeriod {
+			if s.wake == nil {
+				s.wake = make(chan struct{}, 1)
+			}
+			return nil, cfg.batchPeriod - age
+		}
+	}
+	s.running = n
+	return s.queue[:n:n], 0
+}
+
+// waitBatch waits for a batch to fill; false when the member is closing.
+func (m *member) waitBatch(s *slot, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.wake:
+	case <-s.lane.ctx.Done():
+		return false
+	}
+	return true
+}
+
+// invoke runs the handler on batch and returns one outcome per entry.
+func (m *member) invoke(ctx context.Context, batch []*entry) (errs []error, latency time.Duration) {
+	for _, e := range batch {
+		e.attempts++
+		e.msg.Attempt = e.base + e.attempts
+	}
+	start := time.Now()
+	defer func() {
+		latency = time.Since(start)
+		if r := recover(); r != nil {
+			m.k.logger.Error("omnibus: handler panicked", "panic", r, "stack", string(debug.Stack()))
+			err := fmt.Errorf("handler panic: %v", r)
+			errs = make([]error, len(batch))
+			for i := range errs {
+				errs[i] = err
+			}
+		}
+	}()
+	if m.k.handler != nil {
+		return []error{m.k.handler(ctx, &batch[0].msg)}, 0
+	}
+	msgs := make([]*Message, len(batch))
+	for i, e := range batch {
+		msgs[i] = &e.msg
+	}
+	err := m.k.batch(ctx, msgs)
+	errs = make([]error, len(batch))
+	var be *BatchError
+	if errors.As(err, &be) && len(be.Errs) == len(batch) {
+		copy(errs, be.Errs)
+	} else if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return errs, 0
+}
+
+// settle applies the outcomes of a handled batch. It returns false when
+// the runner must end (a retry timer or nothing left owns the slot now).
+func (m *member) settle(s *slot, batch []*entry, errs []error, latency time.Duration) bool {
+	cfg := &m.k.cfg
+	var failed, dead []*entry
+	for i, e := range batch {
+		if errs[i] == nil {
+			m.emit(Event{Kind: EventProcessed, Lane: e.d.Lane, Message: &e.msg, Latency: latency})
+			continue
+		}
+		now := time.Now()
+		if e.firstFail.IsZero() {
+			e.firstFail = now
+		}
+		e.lastFail, e.lastErr = now, errs[i]
+		m.emit(Event{Kind: EventFailed, Lane: e.d.Lane, Message: &e.msg, Err: errs[i], Latency: latency})
+		if IsPermanent(errs[i]) || e.base+e.attempts >= cfg.maxAttempts {
+			dead = append(dead, e)
+		} else {
+			failed = append(failed, e)
+		}
+	}
+	// Dead letters are published before they are settled: a message is
+	// never settled without landing somewhere.
+	for _, e := range dead {
+		if err := m.deadLetter(e); err != nil {
+			failed = append(failed, e) // closing: release it unsettled
+		}
+	}
+	var nacked []*entry
+	if len(failed) > 0 && m.nacker != nil && failed[0].d.Attempt > 0 {
+		nacked = m.nack(failed)
+		if nacked != nil {
+			failed = nil
+		}
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := s.lane
+	keep := failed[:0:0]
+	for _, e := range batch {
+		switch {
+		case contains(failed, e):
+			keep = append(keep, e)
+		case contains(nacked, e):
+			m.releaseLocked(e)
+		default:
+			m.ackLocked(e)
+		}
+	}
+	// The handled batch leaves the queue; entries to retry go back to its
+	// head in their order.
+	rest := s.queue[len(batch):]
+	s.queue = append(keep, rest...)
+	s.running = 0
+	if len(keep) == 0 {
+		return true
+	}
+	if m.draining || l.revoking || m.ctx.Err() != nil {
+		// Not retried here: release the slot's work to the transport.
+		for _, e := range s.queue {
+			m.releaseLocked(e)
+		}
+		s.queue = nil
+		return true
+	}
+	delay := cfg.backoff(keep[0].attempts, rand.Float64)
+	for _, e := range keep {
+		m.emit(Event{Kind: EventRetried, Lane: e.d.Lane, Message: &e.msg, Delay: delay})
+	}
+	m.wg.Add(1)
+	s.timer = time.AfterFunc(delay, func() {
+		m.mu.Lock()
+		s.timer = nil
+		m.mu.Unlock()
+		m.run(s)
+	})
+	return false
+}
+
+func contains(es []*entry, e *entry) bool {
+	for _, x := range es {
+		if x == e {
+			return true
+		}
+	}
+	return false
+}
+
+// nack hands failed entries back to the transport for delayed redelivery.
+func (m *member) nack(failed []*entry) []*entry {
+	ds := make([]*driver.Delivery, len(failed))
+	for i, e := range failed {
+		ds[i] = e.d
+	}
+	delay := m.k.cfg.backoff(failed[0].base+failed[0].attempts, rand.Float64)
+	if err := m.nacker.Nack(m.ctx, ds, delay); err != nil {
+		m.k.logger.Warn("omnibus: nack failed; retrying in the engine", "err", err)
+		return nil
+	}
+	for _, e := range failed {
+		m.emit(Event{Kind: EventRetried, Lane: e.d.Lane, Message: &e.msg, Delay: delay})
+	}
+	return failed
+}
+
+// deadLetter publishes e to the dead-letter topic, retrying until it lands
+// or the member closes.
+func (m *member) deadLetter(e *entry) error {
+	cfg := &m.k.cfg
+	h := make(map[string]string, len(e.msg.Headers)+8)
+	for k, v := range e.msg.Headers {
+		h[k] = v
+	}
+	h[HeaderDeadReason] = e.lastErr.Error()
+	h[HeaderDeadAttempts] = strconv.Itoa(e.base + e.attempts)
+	h[HeaderDeadTopic] = m.k.topic
+	h[HeaderDeadGroup] = cfg.group
+	h[HeaderDeadLane] = e.d.Lane
+	h[HeaderDeadPosition] = e.d.Position
+	h[HeaderDeadFirstFailure] = e.firstFail.UTC().Format(time.RFC3339Nano)
+	h[HeaderDeadLastFailure] = e.lastFail.UTC().Format(time.RFC3339Nano)
+	dm := &driver.Message{ID: e.msg.ID, Key: e.msg.Key, Type: e.msg.Type, Source: e.msg.Source, Time: e.msg.Time, Headers: h, Body: e.msg.Body}
+	for try := 1; ; try++ {
+		err := m.k.client.publish(m.ctx, cfg.deadLetter, []*driver.Message{dm}, DurabilityAll)
+		if err == nil {
+			m.emit(Event{Kind: EventDeadLettered, Lane: e.d.Lane, Message: &e.msg, Err: e.lastErr})
+			return nil
+		}
+		delay := cfg.backoff(try, rand.Float64)
+		m.k.logger.Error("omnibus: dead-letter publish failed, retrying", "dlq", cfg.deadLetter, "id", e.msg.ID, "err", err, "delay", delay)
+		select {
+		case <-time.After(delay):
+		case <-m.ctx.Done():
+			return m.ctx.Err()
+		}
+	}
+}
+
+// --- settlement ---
+
+func (m *member) forgetLocked(e *entry) {
+	l := e.lane
+	l.inflight--
+	m.inflight--
+	m.bytes -= e.size
+	e.msg.Body, e.d.Body = nil, nil
+	signal(m.roomCh)
+	if l.idle != nil && l.inflight == 0 {
+		close(l.idle)
+		l.idle = nil
+	}
+	if m.drained != nil && m.inflight == 0 {
+		close(m.drained)
+		m.drained = nil
+	}
+}
+
+// ackLocked settles e.
+func (m *member) ackLocked(e *entry) {
+	m.forgetLocked(e)
+	l := e.lane
+	if l.gone {
+		return
+	}
+	m.processed.Add(1)
+	if m.committer == nil {
+		m.acks = append(m.acks, e.d)
+		signal(m.settleCh)
+		return
+	}
+	e.settled = true
+	advanced := false
+	for l.head != nil && l.head.settled {
+		l.mark = l.head.d
+		l.head = l.head.next
+		l.committed--
+		m.pending--
+		advanced = true
+	}
+	if l.head == nil {
+		l.tail = nil
+	}
+	if advanced {
+		signal(m.settleCh)
+	}
+}
+
+// releaseLocked gives e up unsettled: the transport delivers it again.
+func (m *member) releaseLocked(e *entry) { m.forgetLocked(e) }
+
+func (m *member) settleLoop() {
+	defer close(m.settleDone)
+	for {
+		select {
+		case <-m.settleCh:
+			m.flush(m.ctx, nil)
+		case <-m.settleStop:
+			return
+		}
+	}
+}
+
+// flush sends pending acknowledgements and commits the watermark of the
+// given lanes (all lanes when nil). Lanes already gone are never
+// committed: commitMu keeps a revocation from overtaking a flush.
+func (m *member) flush(ctx context.Context, only []*lane) {
+	m.commitMu.Lock()
+	defer m.commitMu.Unlock()
+	m.mu.Lock()
+	acks := m.acks
+	m.acks = nil
+	var marks []*driver.Delivery
+	var lanes []string
+	collect := func(l *lane) {
+		if l.mark != nil && !l.gone {
+			marks = append(marks, l.mark)
+			lanes = append(lanes, l.id)
+			l.mark = nil
+		}
+	}
+	if only != nil {
+		for _, l := range only {
+			collect(l)
+		}
+	} else {
+		for _, l := range m.lanes {
+			collect(l)
+		}
+	}
+	m.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, m.k.cfg.commitTimeout)
+	defer cancel()
+	if len(acks) > 0 {
+		if err := m.acker.Ack(ctx, acks); err != nil {
+			m.k.logger.Warn("omnibus: ack failed; the transport will redeliver", "member", m.id, "count", len(acks), "err", err)
+		} else {
+			m.emit(Event{Kind: EventCommitted, Count: len(acks)})
+		}
+	}
+	if len(marks) > 0 {
+		if err := m.committer.Commit(ctx, marks); err != nil {
+			m.k.logger.Warn("omnibus: commit failed; will retry with the next", "member", m.id, "lanes", lanes, "err", err)
+			m.mu.Lock()
+			for i, d := range marks {
+				if l := m.lanes[lanes[i]]; l != nil && l.mark == nil && !l.gone {
+					l.mark = d
+				}
+			}
+			m.mu.Unlock()
+		} else {
+			m.emit(Event{Kind: EventCommitted, Lanes: lanes, Count: len(marks)})
+		}
+	}
+}
+
+// --- lanes (driver.Lanes) ---
+
+// Claimed implements driver.Lanes.
+func (m *member) Claimed(ids []string) {
+	m.mu.Lock()
+	for _, id := range ids {
+		if l := m.lanes[id]; l != nil && (l.gone || l.revoking) {
+			delete(m.lanes, id)
+		}
+		m.laneLocked(id)
+	}
+	m.mu.Unlock()
+	m.emit(Event{Kind: EventClaimed, Lanes: ids})
+}
+
+// Revoked implements driver.Lanes: stop taking work from the lanes, let
+// running handlers finish within DrainTimeout, commit what is settled.
+func (m *member) Revoked(ctx context.Context, ids []string) {
+	m.mu.Lock()
+	var lanes []*lane
+	var idle []chan struct{}
+	for _, id := range ids {
+		l := m.lanes[id]
+		if l == nil || l.gone {
+			continue
+		}
+		l.revoking = true
+		m.dropQueuedLocked(l)
+		if l.inflight > 0 {
+			l.idle = make(chan struct{})
+			idle = append(idle, l.idle)
+		}
+		lanes = append(lanes, l)
+	}
+	m.mu.Unlock()
+
+	timer := time.NewTimer(m.k.cfg.drainTimeout)
+	defer timer.Stop()
+wait:
+	for _, ch := range idle {
+		select {
+		case <-ch:
+		case <-timer.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	m.flush(ctx, lanes)
+	m.mu.Lock()
+	for _, l := range lanes {
+		m.goneLocked(l)
+	}
+	m.mu.Unlock()
+	m.emit(Event{Kind: EventRevoked, Lanes: ids})
+}
+
+// Lost implements driver.Lanes: abandon the lanes without committing.
+func (m *member) Lost(ids []string) {
+	m.mu.Lock()
+	for _, id := range ids {
+		if l := m.lanes[id]; l != nil {
+			l.revoking = true
+			m.dropQueuedLocked(l)
+			m.goneLocked(l)
+		}
+	}
+	m.mu.Unlock()
+	m.emit(Event{Kind: EventLost, Lanes: ids})
+}
+
+// goneLocked detaches l: results still running on it are discarded.
+func (m *member) goneLocked(l *lane) {
+	m.epoch++
+	m.revokedAt[l.id] = m.epoch
+	l.gone = true
+	l.cancel()
+	m.pending -= l.committed
+	l.committed = 0
+	l.head, l.tail, l.mark = nil, nil, nil
+	if m.lanes[l.id] == l {
+		delete(m.lanes, l.id)
+	}
+	signal(m.roomCh)
+}
+
+// dropQueuedLocked releases every entry of l that is not running: queued
+// behind a running one, waiting for a batch, or waiting for a retry.
+func (m *member) dropQueuedLocked(l *lane) {
+	drop := func(s *slot) {
+		for _, e := range s.queue[s.running:] {
+			m.releaseLocked(e)
+		}
+		s.queue = s.queue[:s.running]
+		if s.timer != nil && s.timer.Stop() {
+			s.timer = nil
+			s.active = false
+			l.dropSlotLocked(s)
+			m.wg.Done() // the timer's runner will not start
+		}
+		if s.wake != nil {
+			signal(s.wake)
+		}
+	}
+	for _, s := range l.slots {
+		drop(s)
+	}
+	for s := range l.loose {
+		drop(s)
+	}
+}
+
+// --- stopping ---
+
+// shutdown drains the member; it returns the number of messages left
+// unsettled when ctx ended first.
+func (m *member) shutdown(ctx context.Context) int {
+	m.stopFetching()
+	m.mu.Lock()
+	m.draining = true
+	for _, l := range m.lanes {
+		for _, s := range l.slots {
+			m.releaseWaitingLocked(l, s)
+		}
+		for s := range l.loose {
+			m.releaseWaitingLocked(l, s)
+		}
+	}
+	var drained chan struct{}
+	if m.inflight > 0 {
+		m.drained = make(chan struct{})
+		drained = m.drained
+	}
+	m.mu.Unlock()
+	left := 0
+	if drained != nil {
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			m.mu.Lock()
+			left = m.inflight
+			m.mu.Unlock()
+		}
+	}
+	fctx := ctx
+	if ctx.Err() != nil {
+		// Committing what is settled is worth a short grace.
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+	}
+	m.flush(fctx, nil)
+	m.close()
+	return left
+}
+
+// releaseWaitingLocked releases a slot whose head waits for a retry, and
+// everything queued behind it (their order depends on it).
+func (m *member) releaseWaitingLocked(l *lane, s *slot) {
+	if s.timer == nil || !s.timer.Stop() {
+		if s.wake != nil {
+			signal(s.wake)
+		}
+		return
+	}
+	s.timer = nil
+	for _, e := range s.queue {
+		m.releaseLocked(e)
+	}
+	s.queue = nil
+	s.active = false
+	l.dropSlotLocked(s)
+	m.wg.Done()
+}
+
+func (m *member) stopFetching() {
+	m.mu.Lock()
+	started := m.started
+	m.mu.Unlock()
+	if !started {
+		return
+	}
+	m.fetchCancel()
+	<-m.fetchDone
+}
+
+// close stops everything at once and waits for the member's goroutines.
+func (m *member) close() {
+	m.closeOnce.Do(func() {
+		m.stopFetching()
+		m.cancel()
+		m.mu.Lock()
+		for _, l := range m.lanes {
+			l.revoking = true
+			m.dropQueuedLocked(l)
+		}
+		started := m.started
+		m.mu.Unlock()
+		if started {
+			close(m.settleStop)
+			<-m.settleDone
+		}
+		// Leaving the group may call Revoked; it finds the lanes drained.
+		if err := m.sub.Close(); err != nil {
+			m.k.logger.Warn("omnibus: leaving the group failed", "member", m.id, "err", err)
+		}
+		m.wg.Wait()
+	})
+}
