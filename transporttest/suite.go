@@ -1,0 +1,822 @@
+package transporttest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/omnibus-go/omnibus"
+)
+
+// Run runs every conformance test against the transport h opens.
+func Run(t *testing.T, h Harness) {
+	if h.Open == nil {
+		t.Fatal("transporttest: Harness.Open is nil")
+	}
+	if h.Lanes == 0 {
+		h.Lanes = 4
+	}
+	s := &suite{h: h}
+	tests := []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"RoundTrip", s.testRoundTrip},
+		{"Bodies", s.testBodies},
+		{"PublishErrors", s.testPublishErrors},
+		{"OrderPerLane", s.testOrderPerLane},
+		{"OrderPerKey", s.testOrderPerKey},
+		{"GroupSplitsAndTakesOver", s.testGroupTakeover},
+		{"EveryGroupGetsEveryMessage", s.testGroups},
+		{"Replay", s.testReplay},
+		{"Retry", s.testRetry},
+		{"DeadLetter", s.testDeadLetter},
+		{"Lag", s.testLag},
+		{"ShutdownCommits", s.testShutdownCommits},
+		{"ContextCancellation", s.testCancel},
+		{"Close", s.testClose},
+		{"Reconnect", s.testReconnect},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, tt.fn)
+	}
+}
+
+type suite struct {
+	h Harness
+}
+
+const timeout = 60 * time.Second
+
+func (s *suite) open(t *testing.T) *omnibus.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c := s.h.Open(ctx, t)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var unsafe = regexp.MustCompile(`[^a-z0-9]+`)
+
+// topic returns a fresh topic named after the test, created with the
+// harness's lane count.
+func (s *suite) topic(t *testing.T, c *omnibus.Client) string {
+	t.Helper()
+	name := strings.Trim(unsafe.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
+	if len(name) > 60 {
+		name = name[len(name)-60:]
+	}
+	name = fmt.Sprintf("omnibus-%s-%x", name, rand.Uint32())
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := c.CreateTopic(ctx, name, s.h.Lanes); err != nil {
+		t.Fatalf("CreateTopic(%q, %d): %v", name, s.h.Lanes, err)
+	}
+	return name
+}
+
+// need skips t, naming the capability, when have is false.
+func need(t *testing.T, have bool, capability string) {
+	t.Helper()
+	if !have {
+		t.Skipf("SKIP (capability %s): the transport does not declare it", capability)
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond until it holds or d passes, then fails with msg.
+func eventually(t testing.TB, d time.Duration, cond func() bool, msg func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", d, msg())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// collector records what handlers saw.
+type collector struct {
+	mu    sync.Mutex
+	ids   map[string]int
+	msgs  map[string]*omnibus.Message
+	byKey map[string][]int // sequence numbers per key, in handling order
+	lanes map[string][]int // sequence numbers per lane, in handling order
+}
+
+func newCollector() *collector {
+	return &collector{ids: map[string]int{}, msgs: map[string]*omnibus.Message{}, byKey: map[string][]int{}, lanes: map[string][]int{}}
+}
+
+func (c *collector) add(m *omnibus.Message) {
+	seq, _ := strconv.Atoi(m.Headers["seq"])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ids[m.ID]++
+	cp := *m
+	cp.Body = bytes.Clone(m.Body)
+	cp.Headers = maps.Clone(m.Headers)
+	c.msgs[m.ID] = &cp
+	c.byKey[m.Key] = append(c.byKey[m.Key], seq)
+	c.lanes[m.Lane] = append(c.lanes[m.Lane], seq)
+}
+
+func (c *collector) unique() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ids)
+}
+
+func (c *collector) handler(ctx context.Context, m *omnibus.Message) error {
+	c.add(m)
+	return nil
+}
+
+// missing lists the wanted IDs not seen.
+func (c *collector) missing(want []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var miss []string
+	for _, id := range want {
+		if c.ids[id] == 0 {
+			miss = append(miss, id)
+		}
+	}
+	return miss
+}
+
+// run starts k.Run and stops it at cleanup; it returns a stop function
+// that shuts down gracefully.
+func run(t *testing.T, k *omnibus.Consumer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(timeout):
+				t.Errorf("Run did not return within %v of cancellation", timeout)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// publishN publishes n messages with keys key0..key{keys-1} and a seq
+// header counting per key, in batches; it returns the IDs in order.
+func publishN(t *testing.T, c *omnibus.Client, topic string, n, keys, size int) []string {
+	t.Helper()
+	ctx := ctxT(t)
+	ids := make([]string, 0, n)
+	perKey := make([]int, max(keys, 1))
+	const batch = 100
+	for i := 0; i < n; i += batch {
+		var ms []*omnibus.Message
+		for j := i; j < min(n, i+batch); j++ {
+			k := j % max(keys, 1)
+			key := ""
+			if keys > 0 {
+				key = "key" + strconv.Itoa(k)
+			}
+			ms = append(ms, &omnibus.Message{
+				Key:     key,
+				Type:    "test.event",
+				Headers: map[string]string{"seq": strconv.Itoa(perKey[k])},
+				Body:    bytes.Repeat([]byte{'x'}, size),
+			})
+			perKey[k]++
+		}
+		if err := c.Publish(ctx, topic, ms...); err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+		for _, m := range ms {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
+func (s *suite) subscribe(t *testing.T, c *omnibus.Client, topic string, h omnibus.Handler, opts ...omnibus.SubscribeOption) *omnibus.Consumer {
+	t.Helper()
+	k, err := c.Subscribe(ctxT(t), topic, h, opts...)
+	if err != nil {
+		t.Fatalf("Subscribe(%q): %v", topic, err)
+	}
+	t.Cleanup(func() { _ = k.Close() })
+	return k
+}
+
+// earliest returns StartFrom(StartEarliest) where the transport can replay;
+// elsewhere the group must exist before messages are published, which the
+// tests arrange by subscribing first.
+func earliest(c *omnibus.Client) []omnibus.SubscribeOption {
+	if c.Capabilities().Replay {
+		return []omnibus.SubscribeOption{omnibus.StartFrom(omnibus.StartEarliest)}
+	}
+	return nil
+}
+
+func (s *suite) testRoundTrip(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	col := newCollector()
+	k := s.subscribe(t, sub, topic, col.handler, append(earliest(sub), omnibus.Group("rt"))...)
+	stop := run(t, k)
+	when := time.Date(2026, 12, 2, 10, 11, 12, 123456789, time.UTC)
+	want := &omnibus.Message{
+		ID:      "id-" + strconv.FormatUint(rand.Uint64(), 36),
+		Key:     "customer-42",
+		Type:    "order.created",
+		Source:  "/omnibus/test",
+		Time:    when,
+		Headers: map[string]string{"a": "1", "trace-id": "abc def", "unicode": "é✓"},
+		Body:    []byte(`{"order":1}`),
+	}
+	if err := pub.Publish(ctxT(t), topic, want); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	eventually(t, timeout, func() bool { return col.unique() == 1 }, func() string { return "message not received" })
+	stop()
+	got := col.msgs[want.ID]
+	if got == nil {
+		t.Fatalf("received IDs %v, want %q", slices.Collect(maps.Keys(col.ids)), want.ID)
+	}
+	if got.Key != want.Key || got.Type != want.Type || got.Source != want.Source || !bytes.Equal(got.Body, want.Body) {
+		t.Errorf("got key=%q type=%q source=%q body=%q\nwant key=%q type=%q source=%q body=%q",
+			got.Key, got.Type, got.Source, got.Body, want.Key, want.Type, want.Source, want.Body)
+	}
+	if !got.Time.Equal(want.Time) {
+		t.Errorf("time: got %v, want %v", got.Time, want.Time)
+	}
+	for k, v := range want.Headers {
+		if got.Headers[k] != v {
+			t.Errorf("header %q: got %q, want %q (all: %v)", k, got.Headers[k], v, got.Headers)
+		}
+	}
+	if got.Topic != topic || got.Lane == "" || got.Attempt != 1 {
+		t.Errorf("delivery fields: topic=%q lane=%q attempt=%d; want topic %q, a lane, attempt 1", got.Topic, got.Lane, got.Attempt, topic)
+	}
+}
+
+func (s *suite) testBodies(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	bodies := map[string][]byte{
+		"empty":    {},
+		"binary":   {0xff, 0xfe, 0x00, 0x80, 0xc3, 0x28, 0x00},
+		"oneKiB":   bytes.Repeat([]byte("ab"), 512),
+		"unicode":  []byte("zażółć gęślą jaźń ✓"),
+		"oneMiB":   nil,
+		"trailing": []byte("line\n\r\n\x00"),
+	}
+	big := make([]byte, 1<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	if max := pub.Capabilities().MaxMessageBytes; max == 0 || max >= len(big)+4096 {
+		bodies["oneMiB"] = big
+	} else {
+		delete(bodies, "oneMiB")
+		t.Logf("SKIP 1 MiB body (capability MaxMessageBytes = %d)", max)
+	}
+	col := newCollector()
+	k := s.subscribe(t, sub, topic, col.handler, earliest(sub)...)
+	stop := run(t, k)
+	ids := map[string]string{}
+	for name, b := range bodies {
+		m := &omnibus.Message{Body: b}
+		if err := pub.Publish(ctxT(t), topic, m); err != nil {
+			t.Fatalf("Publish %s body: %v", name, err)
+		}
+		ids[name] = m.ID
+	}
+	eventually(t, timeout, func() bool { return col.unique() == len(bodies) }, func() string {
+		return fmt.Sprintf("received %d of %d bodies", col.unique(), len(bodies))
+	})
+	stop()
+	for name, id := range ids {
+		if got := col.msgs[id].Body; !bytes.Equal(got, bodies[name]) {
+			t.Errorf("%s body: got %d bytes %.32q, want %d bytes %.32q", name, len(got), got, len(bodies[name]), bodies[name])
+		}
+	}
+}
+
+func (s *suite) testPublishErrors(t *testing.T) {
+	c := s.open(t)
+	topic := s.topic(t, c)
+	max := c.Capabilities().MaxMessageBytes
+	if max == 0 {
+		t.Skip("SKIP (capability MaxMessageBytes): the transport declares no size limit")
+	}
+	ms := []*omnibus.Message{{Body: []byte("ok1")}, {Body: make([]byte, max+1)}, {Body: []byte("ok2")}}
+	err := c.Publish(ctxT(t), topic, ms...)
+	var pe *omnibus.PublishError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Publish with an oversized message: got %v, want a *PublishError", err)
+	}
+	if len(pe.Failed) != 1 || pe.Failed[0].Index != 1 || !errors.Is(err, omnibus.ErrTooLarge) {
+		t.Fatalf("failures %+v, want only index 1 failing with ErrTooLarge", pe.Failed)
+	}
+}
+
+func (s *suite) testOrderPerLane(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	need(t, pub.Capabilities().Ordered, "Ordered")
+	topic := s.topic(t, pub)
+	col := newCollector()
+	k := s.subscribe(t, sub, topic, col.handler, append(earliest(sub), omnibus.Order(omnibus.OrderLane), omnibus.MaxInFlight(64))...)
+	stop := run(t, k)
+	const n, keys = 2000, 20
+	ids := publishN(t, pub, topic, n, keys, 16)
+	eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
+		return fmt.Sprintf("received %d of %d", col.unique(), n)
+	})
+	stop()
+	checkKeyOrder(t, col)
+	if miss := col.missing(ids); len(miss) > 0 {
+		t.Fatalf("%d messages lost, e.g. %v", len(miss), miss[:min(5, len(miss))])
+	}
+}
+
+// checkKeyOrder fails when a key's messages were handled out of order.
+// Redeliveries (a repeat of an earlier sequence) are allowed; going back
+// to an earlier sequence is not, unless it is a redelivery from the start.
+func checkKeyOrder(t *testing.T, col *collector) {
+	t.Helper()
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	for key, seqs := range col.byKey {
+		for i := 1; i < len(seqs); i++ {
+			if seqs[i] < seqs[i-1] && seqs[i] != 0 && !slices.Contains(seqs[:i], seqs[i]) {
+				t.Fatalf("key %q out of order at %d: %v", key, i, seqs[max(0, i-5):min(len(seqs), i+5)])
+			}
+			if seqs[i] > seqs[i-1]+1 {
+				t.Fatalf("key %q skipped from %d to %d", key, seqs[i-1], seqs[i])
+			}
+		}
+	}
+}
+
+func (s *suite) testOrderPerKey(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	need(t, pub.Capabilities().Ordered, "Ordered")
+	topic := s.topic(t, pub)
+	col := newCollector()
+	var running, peak atomic.Int64
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		n := running.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+		col.add(m)
+		running.Add(-1)
+		return nil
+	}
+	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.Order(omnibus.OrderKey), omnibus.MaxInFlight(128))...)
+	stop := run(t, k)
+	const n, keys = 3000, 50
+	ids := publishN(t, pub, topic, n, keys, 16)
+	eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
+		return fmt.Sprintf("received %d of %d", col.unique(), n)
+	})
+	stop()
+	checkKeyOrder(t, col)
+	if miss := col.missing(ids); len(miss) > 0 {
+		t.Fatalf("%d messages lost", len(miss))
+	}
+	if peak.Load() <= int64(s.h.Lanes) {
+		t.Errorf("key mode ran at most %d handlers at once with %d lanes and %d keys; want more than the lane count", peak.Load(), s.h.Lanes, keys)
+	}
+}
+
+func (s *suite) testGroupTakeover(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	col := newCollector()
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		time.Sleep(200 * time.Microsecond)
+		col.add(m)
+		return nil
+	}
+	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.Group("takeover"), omnibus.Consumers(2), omnibus.DrainTimeout(10*time.Second))...)
+	stop := run(t, k)
+	const n = 4000
+	ids := publishN(t, pub, topic, n/2, 40, 32)
+	caps := pub.Capabilities()
+	if caps.LaneCap {
+		eventually(t, timeout, func() bool {
+			members := map[int]bool{}
+			for _, l := range k.Stats().Lanes {
+				members[l.Member] = true
+			}
+			return len(members) == 2
+		}, func() string { return fmt.Sprintf("lanes not split over 2 members: %+v", k.Stats().Lanes) })
+	}
+	eventually(t, timeout, func() bool { return col.unique() > n/8 }, func() string { return "no progress" })
+	// One member leaves mid-stream; the other takes its lanes over.
+	if err := k.Scale(ctxT(t), 1); err != nil {
+		t.Fatalf("Scale(1): %v", err)
+	}
+	ids = append(ids, publishN(t, pub, topic, n/2, 40, 32)...)
+	eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
+		return fmt.Sprintf("received %d of %d unique IDs after a member left", col.unique(), n)
+	})
+	stop()
+	if miss := col.missing(ids); len(miss) > 0 {
+		t.Fatalf("%d messages lost", len(miss))
+	}
+}
+
+func (s *suite) testGroups(t *testing.T) {
+	pub := s.open(t)
+	need(t, pub.Capabilities().Groups, "Groups")
+	topic := s.topic(t, pub)
+	cols := []*collector{newCollector(), newCollector()}
+	for i, col := range cols {
+		k := s.subscribe(t, s.open(t), topic, col.handler, append(earliest(pub), omnibus.Group(fmt.Sprintf("g%d", i)))...)
+		run(t, k)
+	}
+	const n = 500
+	ids := publishN(t, pub, topic, n, 10, 8)
+	for i, col := range cols {
+		eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
+			return fmt.Sprintf("group %d received %d of %d", i, col.unique(), n)
+		})
+		if miss := col.missing(ids); len(miss) > 0 {
+			t.Fatalf("group %d lost %d", i, len(miss))
+		}
+	}
+}
+
+func (s *suite) testReplay(t *testing.T) {
+	pub := s.open(t)
+	need(t, pub.Capabilities().Replay, "Replay")
+	topic := s.topic(t, pub)
+	const n = 300
+	ids := publishN(t, pub, topic, n, 5, 8)
+	// A group created after the messages, asking for the earliest.
+	col := newCollector()
+	k := s.subscribe(t, s.open(t), topic, col.handler, omnibus.Group("late"), omnibus.StartFrom(omnibus.StartEarliest))
+	run(t, k)
+	eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
+		return fmt.Sprintf("new group replayed %d of %d", col.unique(), n)
+	})
+	if miss := col.missing(ids); len(miss) > 0 {
+		t.Fatalf("replay lost %d", len(miss))
+	}
+	// A new group asking for the latest sees only what comes after it.
+	late := newCollector()
+	k2 := s.subscribe(t, s.open(t), topic, late.handler, omnibus.Group("latest"), omnibus.StartFrom(omnibus.StartLatest))
+	run(t, k2)
+	time.Sleep(500 * time.Millisecond) // let the group join before publishing
+	more := publishN(t, pub, topic, 10, 5, 8)
+	eventually(t, timeout, func() bool { return late.unique() >= 10 }, func() string {
+		return fmt.Sprintf("latest group received %d of 10", late.unique())
+	})
+	if miss := late.missing(more); len(miss) > 0 {
+		t.Fatalf("latest group lost %d", len(miss))
+	}
+	if got := late.unique(); got != 10 {
+		t.Errorf("a group starting at the latest received %d messages, want the 10 published after it", got)
+	}
+}
+
+func (s *suite) testRetry(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	col := newCollector()
+	var mu sync.Mutex
+	attempts := map[string][]int{}
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		mu.Lock()
+		attempts[m.ID] = append(attempts[m.ID], m.Attempt)
+		mu.Unlock()
+		if m.Attempt < 3 {
+			if m.Attempt == 2 {
+				panic("injected panic")
+			}
+			return errors.New("injected failure")
+		}
+		col.add(m)
+		return nil
+	}
+	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.MaxAttempts(5), omnibus.Backoff(10*time.Millisecond, 50*time.Millisecond))...)
+	run(t, k)
+	const n = 50
+	ids := publishN(t, pub, topic, n, 5, 8)
+	eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
+		return fmt.Sprintf("%d of %d succeeded after retries", col.unique(), n)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		if a := attempts[id]; len(a) < 3 || a[0] != 1 || a[1] != 2 || a[2] != 3 {
+			t.Fatalf("message %s attempts %v, want 1, 2, 3", id, a)
+		}
+	}
+}
+
+func (s *suite) testDeadLetter(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	dlq := topic + ".dlq"
+	if err := pub.CreateTopic(ctxT(t), dlq, 1); err != nil {
+		t.Fatalf("CreateTopic(%q): %v", dlq, err)
+	}
+	dead := newCollector()
+	kd := s.subscribe(t, s.open(t), dlq, dead.handler, append(earliest(sub), omnibus.Group("dlq-reader"))...)
+	run(t, kd)
+	ok := newCollector()
+	poison := map[string]bool{}
+	var mu sync.Mutex
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		mu.Lock()
+		p := poison[m.ID]
+		mu.Unlock()
+		if p {
+			if m.Headers["kind"] == "permanent" {
+				return omnibus.Permanent(errors.New("cannot parse"))
+			}
+			return errors.New("keeps failing")
+		}
+		ok.add(m)
+		return nil
+	}
+	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.Group("worker"), omnibus.MaxAttempts(3), omnibus.Backoff(5*time.Millisecond, 20*time.Millisecond))...)
+	run(t, k)
+	time.Sleep(200 * time.Millisecond)
+	var ms []*omnibus.Message
+	for i := range 60 {
+		m := &omnibus.Message{ID: fmt.Sprintf("m%d-%x", i, rand.Uint32()), Key: fmt.Sprintf("k%d", i%6), Headers: map[string]string{}, Body: []byte("b")}
+		switch i % 10 {
+		case 3:
+			m.Headers["kind"] = "permanent"
+			poison[m.ID] = true
+		case 7:
+			m.Headers["kind"] = "exhausted"
+			poison[m.ID] = true
+		}
+		ms = append(ms, m)
+	}
+	if err := pub.Publish(ctxT(t), topic, ms...); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	eventually(t, timeout, func() bool { return ok.unique() == 48 && dead.unique() == 12 }, func() string {
+		return fmt.Sprintf("processed %d of 48, dead-lettered %d of 12", ok.unique(), dead.unique())
+	})
+	time.Sleep(300 * time.Millisecond) // a duplicate would show up now
+	dead.mu.Lock()
+	defer dead.mu.Unlock()
+	for id, n := range dead.ids {
+		m := dead.msgs[id]
+		if n != 1 {
+			t.Errorf("%s dead-lettered %d times, want once", id, n)
+		}
+		if !poison[id] {
+			t.Errorf("%s dead-lettered but it was not poison", id)
+		}
+		wantAttempts := "3"
+		if m.Headers["kind"] == "permanent" {
+			wantAttempts = "1"
+		}
+		h := m.Headers
+		if h[omnibus.HeaderDeadAttempts] != wantAttempts || h[omnibus.HeaderDeadTopic] != topic || h[omnibus.HeaderDeadGroup] != "worker" ||
+			h[omnibus.HeaderDeadLane] == "" || h[omnibus.HeaderDeadReason] == "" || h[omnibus.HeaderDeadFirstFailure] == "" || h[omnibus.HeaderDeadLastFailure] == "" {
+			t.Errorf("dead letter %s headers %v; want attempts %s, topic, group worker, lane, reason and failure times", id, h, wantAttempts)
+		}
+		if m.Key == "" || string(m.Body) != "b" {
+			t.Errorf("dead letter %s lost its key or body: key %q body %q", id, m.Key, m.Body)
+		}
+	}
+}
+
+func (s *suite) testLag(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	caps := pub.Capabilities()
+	need(t, caps.Lag != 0, "Lag")
+	topic := s.topic(t, pub)
+	release := make(chan struct{})
+	col := newCollector()
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		col.add(m)
+		return nil
+	}
+	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.Group("lag"), omnibus.MaxInFlight(10))...)
+	total := func() (int64, bool) {
+		lags, err := k.Lag(ctxT(t))
+		if err != nil {
+			t.Fatalf("Lag: %v", err)
+		}
+		var sum int64
+		for _, l := range lags {
+			if !l.Known {
+				return 0, false
+			}
+			sum += l.Lag
+		}
+		return sum, true
+	}
+	run(t, k)
+	const n = 200
+	publishN(t, pub, topic, n, 10, 8)
+	var last int64
+	eventually(t, timeout, func() bool {
+		lag, ok := total()
+		last = lag
+		return ok && lag >= n-20 && lag <= n
+	}, func() string { return fmt.Sprintf("lag %d with %d unprocessed messages (at most 10 in flight)", last, n) })
+	close(release)
+	eventually(t, timeout, func() bool {
+		lag, ok := total()
+		last = lag
+		return ok && lag == 0 && col.unique() == n
+	}, func() string { return fmt.Sprintf("lag %d after consuming %d of %d", last, col.unique(), n) })
+}
+
+func (s *suite) testShutdownCommits(t *testing.T) {
+	pub := s.open(t)
+	topic := s.topic(t, pub)
+	first := newCollector()
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+		first.add(m)
+		return nil
+	}
+	c1 := s.open(t)
+	k := s.subscribe(t, c1, topic, h, append(earliest(pub), omnibus.Group("drain"))...)
+	done := make(chan error, 1)
+	go func() { done <- k.Run(context.Background()) }()
+	const n = 1000
+	ids := publishN(t, pub, topic, n, 20, 8)
+	eventually(t, timeout, func() bool { return first.unique() > n/3 }, func() string { return "no progress" })
+	if err := k.Shutdown(ctxT(t)); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run after Shutdown: %v", err)
+	}
+	handled := first.unique()
+	// The same group resumes after what was settled: nothing lost, and
+	// nothing settled before the shutdown comes back.
+	second := newCollector()
+	k2 := s.subscribe(t, s.open(t), topic, second.handler, append(earliest(pub), omnibus.Group("drain"))...)
+	run(t, k2)
+	eventually(t, timeout, func() bool { return first.unique()+second.unique() >= n && len(second.missing(first.missing(ids))) == 0 }, func() string {
+		return fmt.Sprintf("first run %d, second run %d, of %d", handled, second.unique(), n)
+	})
+	time.Sleep(300 * time.Millisecond)
+	second.mu.Lock()
+	defer second.mu.Unlock()
+	again := 0
+	for id := range second.ids {
+		if first.ids[id] > 0 {
+			again++
+		}
+	}
+	if again > 0 {
+		t.Errorf("%d messages settled before Shutdown were delivered again to the same group", again)
+	}
+}
+
+func (s *suite) testCancel(t *testing.T) {
+	c := s.open(t)
+	topic := s.topic(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Publish(ctx, topic, &omnibus.Message{Body: []byte("x")}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Publish with a cancelled context: got %v, want context.Canceled", err)
+	}
+	started := make(chan struct{}, 1)
+	k := s.subscribe(t, c, topic, func(ctx context.Context, m *omnibus.Message) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // a handler that waits for its context
+		return ctx.Err()
+	}, append(earliest(c), omnibus.DrainTimeout(time.Second))...)
+	rctx, rcancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(rctx) }()
+	time.Sleep(100 * time.Millisecond)
+	publishN(t, c, topic, 5, 1, 8)
+	select {
+	case <-started:
+	case <-time.After(timeout):
+		t.Fatal("handler never started")
+	}
+	rcancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after cancellation: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of its context's cancellation (DrainTimeout 1s)")
+	}
+}
+
+func (s *suite) testClose(t *testing.T) {
+	// Goroutines of the transport's client libraries that outlive Close
+	// by design are not ours; anything started by this test is.
+	opts := []goleak.Option{goleak.IgnoreCurrent()}
+	func() {
+		c := s.h.Open(ctxT(t), t)
+		topic := s.topic(t, c)
+		col := newCollector()
+		k, err := c.Subscribe(ctxT(t), topic, col.handler, earliest(c)...)
+		if err != nil {
+			t.Fatalf("Subscribe: %v", err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- k.Run(context.Background()) }()
+		publishN(t, c, topic, 100, 4, 8)
+		eventually(t, timeout, func() bool { return col.unique() == 100 }, func() string {
+			return fmt.Sprintf("received %d of 100", col.unique())
+		})
+		if err := k.Close(); err != nil {
+			t.Errorf("Consumer.Close: %v", err)
+		}
+		if err := k.Close(); err != nil {
+			t.Errorf("second Consumer.Close: %v", err)
+		}
+		<-done
+		if err := k.Shutdown(ctxT(t)); !errors.Is(err, omnibus.ErrClosed) {
+			t.Errorf("Shutdown after Close: got %v, want ErrClosed", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("Client.Close: %v", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("second Client.Close: %v", err)
+		}
+		if err := c.Publish(ctxT(t), topic, &omnibus.Message{}); !errors.Is(err, omnibus.ErrClosed) {
+			t.Errorf("Publish after Close: got %v, want ErrClosed", err)
+		}
+		if _, err := c.Subscribe(ctxT(t), topic, col.handler); !errors.Is(err, omnibus.ErrClosed) {
+			t.Errorf("Subscribe after Close: got %v, want ErrClosed", err)
+		}
+	}()
+	var err error
+	for range 50 { // goroutines may take a moment to unwind
+		if err = goleak.Find(opts...); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("goroutines leaked after Close: %v", err)
+}
+
+func (s *suite) testReconnect(t *testing.T) {
+	if s.h.Restart == nil {
+		t.Skip("SKIP (harness Restart): this harness cannot restart its server; the transport's own restart test covers it")
+	}
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	col := newCollector()
+	k := s.subscribe(t, sub, topic, col.handler, append(earliest(sub), omnibus.Group("reconnect"))...)
+	run(t, k)
+	ids := publishN(t, pub, topic, 200, 4, 8)
+	eventually(t, timeout, func() bool { return col.unique() == 200 }, func() string { return "no delivery before restart" })
+	s.h.Restart(ctxT(t), t)
+	ids = append(ids, publishN(t, pub, topic, 200, 4, 8)...)
+	eventually(t, timeout, func() bool { return col.unique() == 400 }, func() string {
+		return fmt.Sprintf("received %d of 400 across a restart", col.unique())
+	})
+	if miss := col.missing(ids); len(miss) > 0 {
+		t.Fatalf("%d lost across a restart", len(miss))
+	}
+}
