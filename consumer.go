@@ -449,4 +449,3 @@ func (c *consumerConfig) backoff(attempt int, rnd func() float64) time.Duration 
 	// Jitter: a uniform delay in [d/2, d].
 	return d/2 + time.Duration(rnd()*float64(d/2))
 }
-

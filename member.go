@@ -69,7 +69,7 @@ type member struct {
 	bytes     int
 	pending   int // entries held for the watermark (settled or not)
 	acks      []*driver.Delivery
-	drained   chan struct{} // closed when inflight reaches 0 while draining
+	drained   chan struct{}     // closed when inflight reaches 0 while draining
 	epoch     uint64            // counts revocations
 	revokedAt map[string]uint64 // lane -> epoch of its last revocation
 	closeOnce sync.Once
@@ -88,7 +88,7 @@ type lane struct {
 	revoking  bool
 	gone      bool
 	idle      chan struct{} // closed when inflight reaches 0 while revoking
-	committed int          // entries in the list
+	committed int           // entries in the list
 }
 
 type slot struct {

@@ -112,4 +112,3 @@ func redactRaw(raw string) string {
 	}
 	return raw
 }
-

@@ -305,4 +305,3 @@ func (e *BatchError) Unwrap() []error {
 	}
 	return errs
 }
-

@@ -657,7 +657,9 @@ func (s *suite) testLag(t *testing.T) {
 		lag, ok := total()
 		last = lag
 		return ok && lag >= n-20 && lag <= n
-	}, func() string { return fmt.Sprintf("lag %d with %d unprocessed messages (at most 10 in flight)", last, n) })
+	}, func() string {
+		return fmt.Sprintf("lag %d with %d unprocessed messages (at most 10 in flight)", last, n)
+	})
 	close(release)
 	eventually(t, timeout, func() bool {
 		lag, ok := total()
@@ -694,7 +696,9 @@ func (s *suite) testShutdownCommits(t *testing.T) {
 	second := newCollector()
 	k2 := s.subscribe(t, s.open(t), topic, second.handler, append(earliest(pub), omnibus.Group("drain"))...)
 	run(t, k2)
-	eventually(t, timeout, func() bool { return first.unique()+second.unique() >= n && len(second.missing(first.missing(ids))) == 0 }, func() string {
+	eventually(t, timeout, func() bool {
+		return first.unique()+second.unique() >= n && len(second.missing(first.missing(ids))) == 0
+	}, func() string {
 		return fmt.Sprintf("first run %d, second run %d, of %d", handled, second.unique(), n)
 	})
 	time.Sleep(300 * time.Millisecond)
