@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs every test of omnibus. It first makes sure the servers the
+# integration tests need are installed (Debian packages) and running on
+# loopback, as a fresh machine will not have them:
+#   RabbitMQ on 127.0.0.1:5672 with the consistent-hash exchange plugin,
+#   NATS with JetStream on 127.0.0.1:4222,
+#   kcat (librdkafka's command-line client) for the Kafka interop test.
+# Kafka itself runs in-process (kfake); the embedded NATS server needs
+# nothing installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf 'scripts/test.sh: %s\n' "$*" >&2; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() { # port seconds
+  for _ in $(seq 1 "$2"); do port_open "$1" && return 0; sleep 1; done
+  return 1
+}
+
+apt_updated=
+need_pkg() { # command package
+  command -v "$1" >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" != 0 ]; then log "$2 is missing and this is not root: install it (apt-get install $2)"; return 0; fi
+  if [ -z "$apt_updated" ]; then DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || true; apt_updated=1; fi
+  log "installing $2"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+}
+
+need_pkg kcat kcat
+
+if ! port_open 5672; then
+  need_pkg rabbitmq-server rabbitmq-server
+  log "starting RabbitMQ"
+  rabbitmq-server -detached >/dev/null 2>&1 || true
+  wait_port 5672 90 || log "RabbitMQ did not come up on 5672"
+fi
+if command -v rabbitmq-plugins >/dev/null 2>&1 && port_open 5672; then
+  if ! rabbitmq-plugins list -e -m 2>/dev/null | grep -qx rabbitmq_consistent_hash_exchange; then
+    log "enabling rabbitmq_consistent_hash_exchange"
+    rabbitmq-plugins enable rabbitmq_consistent_hash_exchange >/dev/null
+  fi
+fi
+
+if ! port_open 4222; then
+  need_pkg nats-server nats-server
+  log "starting NATS with JetStream"
+  mkdir -p /var/lib/nats-server
+  start-stop-daemon --start --oknodo --background --exec "$(command -v nats-server)" -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+  wait_port 4222 30 || log "NATS did not come up on 4222"
+fi
+
+exec go test -race -count=1 -timeout 20m "$@" ./...
