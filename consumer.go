@@ -227,12 +227,12 @@ func (k *Consumer) fail(err error) {
 	go k.Close() // not from the member's own goroutine, which Close waits for
 }
 
-// Shutdown stops fetching, lets running and queued handlers finish,
-// commits what is settled, leaves the group and returns. Messages waiting
-// for a retry are released to the transport (redelivered later). When
-// ctx ends first, running handlers see their context cancelled and
-// Shutdown returns an *UnsettledError wrapping ctx's error. Shutdown after
-// Shutdown or Close returns ErrClosed.
+// Shutdown stops fetching, lets every message already received finish
+// (retries included), commits what is settled, leaves the group and
+// returns. When ctx ends first, running handlers see their context
+// cancelled, the rest is released to the transport (which delivers it
+// again), and Shutdown returns an *UnsettledError wrapping ctx's error.
+// Shutdown after Shutdown or Close returns ErrClosed.
 func (k *Consumer) Shutdown(ctx context.Context) error {
 	members, ok := k.stop()
 	if !ok {
@@ -258,8 +258,8 @@ func (k *Consumer) Shutdown(ctx context.Context) error {
 }
 
 // Close stops the consumer at once: handlers see their context
-// cancelled, nothing more is committed, and unsettled messages are
-// redelivered by the transport later. Close waits for the handlers to
+// cancelled, nothing more is committed or acknowledged, and unsettled
+// messages are delivered again by the transport later. Close waits for the handlers to
 // return, so no goroutine outlives it. Close is idempotent.
 func (k *Consumer) Close() error {
 	members, _ := k.stop()

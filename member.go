@@ -63,7 +63,7 @@ type member struct {
 
 	mu        sync.Mutex
 	started   bool
-	draining  bool // shutdown: no new retries, flush batches at once
+	draining  bool // shutdown: flush batches at once
 	lanes     map[string]*lane
 	inflight  int
 	bytes     int
@@ -72,6 +72,8 @@ type member struct {
 	drained   chan struct{}     // closed when inflight reaches 0 while draining
 	epoch     uint64            // counts revocations
 	revokedAt map[string]uint64 // lane -> epoch of its last revocation
+	revokes   int               // Revoked or Lost calls in progress
+	receiving chan struct{}     // non-nil while a Receive is outstanding; closed after its dispatch
 	closeOnce sync.Once
 }
 
@@ -179,7 +181,7 @@ func (m *member) emit(e Event) {
 
 func (m *member) room() int {
 	cfg := &m.k.cfg
-	if m.bytes >= cfg.maxBytes || m.pending >= 16*cfg.maxInFlight {
+	if m.revokes > 0 || m.bytes >= cfg.maxBytes || m.pending >= 16*cfg.maxInFlight {
 		return 0
 	}
 	return cfg.maxInFlight - m.inflight
@@ -192,6 +194,11 @@ func (m *member) fetchLoop(ctx context.Context) {
 		m.mu.Lock()
 		n := m.room()
 		epoch := m.epoch
+		var received chan struct{}
+		if n > 0 {
+			received = make(chan struct{})
+			m.receiving = received
+		}
 		m.mu.Unlock()
 		if n <= 0 {
 			select {
@@ -203,6 +210,10 @@ func (m *member) fetchLoop(ctx context.Context) {
 		}
 		ds, err := m.sub.Receive(ctx, n)
 		if err != nil {
+			m.mu.Lock()
+			m.receiving = nil
+			m.mu.Unlock()
+			close(received)
 			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
 				return
 			}
@@ -224,13 +235,16 @@ func (m *member) fetchLoop(ctx context.Context) {
 		now := time.Now()
 		m.mu.Lock()
 		for _, d := range ds {
-			// A delivery received before its lane was revoked belongs to
-			// the old claim: the lane's next owner reads it again.
+			// A Receive that outlived a revocation's wait for it may hold
+			// deliveries of the old claim: the lane's next owner reads
+			// them again.
 			if m.revokedAt[d.Lane] <= epoch {
 				m.dispatchLocked(d, now)
 			}
 		}
+		m.receiving = nil
 		m.mu.Unlock()
+		close(received)
 	}
 }
 
@@ -246,8 +260,8 @@ func (m *member) laneLocked(id string) *lane {
 
 func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	l := m.laneLocked(d.Lane)
-	if l.revoking {
-		return // the lane is going away; its next owner reads it again
+	if l.gone {
+		return // the lane went away; its next owner reads it again
 	}
 	e := &entry{d: d, lane: l, arrived: now}
 	if d.Attempt > 1 {
@@ -339,7 +353,7 @@ func (m *member) take(s *slot) ([]*entry, time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := s.lane
-	if len(s.queue) == 0 || l.revoking || m.ctx.Err() != nil {
+	if len(s.queue) == 0 || l.gone || m.ctx.Err() != nil {
 		s.active = false
 		l.dropSlotLocked(s)
 		return nil, 0
@@ -474,7 +488,7 @@ func (m *member) settle(s *slot, batch []*entry, errs []error, latency time.Dura
 	if len(keep) == 0 {
 		return true
 	}
-	if m.draining || l.revoking || m.ctx.Err() != nil {
+	if l.gone || m.ctx.Err() != nil {
 		// Not retried here: release the slot's work to the transport.
 		for _, e := range s.queue {
 			m.releaseLocked(e)
@@ -688,9 +702,16 @@ func (m *member) Claimed(ids []string) {
 	m.emit(Event{Kind: EventClaimed, Lanes: ids})
 }
 
-// Revoked implements driver.Lanes: stop taking work from the lanes, let
-// running handlers finish within DrainTimeout, commit what is settled.
+// Revoked implements driver.Lanes. It waits for a Receive in progress to
+// return and be dispatched (so nothing of the old claim arrives later),
+// stops fetching, lets the lanes' work finish within DrainTimeout (retries
+// included), commits what is settled, and lets the lanes go.
 func (m *member) Revoked(ctx context.Context, ids []string) {
+	timer := time.NewTimer(m.k.cfg.drainTimeout)
+	defer timer.Stop()
+	m.beginRevoke(ctx, timer.C)
+	defer m.endRevoke()
+
 	m.mu.Lock()
 	var lanes []*lane
 	var idle []chan struct{}
@@ -699,8 +720,7 @@ func (m *member) Revoked(ctx context.Context, ids []string) {
 		if l == nil || l.gone {
 			continue
 		}
-		l.revoking = true
-		m.dropQueuedLocked(l)
+		m.revokeLocked(l)
 		if l.inflight > 0 {
 			l.idle = make(chan struct{})
 			idle = append(idle, l.idle)
@@ -708,9 +728,6 @@ func (m *member) Revoked(ctx context.Context, ids []string) {
 		lanes = append(lanes, l)
 	}
 	m.mu.Unlock()
-
-	timer := time.NewTimer(m.k.cfg.drainTimeout)
-	defer timer.Stop()
 wait:
 	for _, ch := range idle {
 		select {
@@ -732,11 +749,14 @@ wait:
 
 // Lost implements driver.Lanes: abandon the lanes without committing.
 func (m *member) Lost(ids []string) {
+	timer := time.NewTimer(time.Second)
+	defer timer.Stop()
+	m.beginRevoke(context.Background(), timer.C)
+	defer m.endRevoke()
 	m.mu.Lock()
 	for _, id := range ids {
 		if l := m.lanes[id]; l != nil {
-			l.revoking = true
-			m.dropQueuedLocked(l)
+			m.revokeLocked(l)
 			m.goneLocked(l)
 		}
 	}
@@ -744,10 +764,41 @@ func (m *member) Lost(ids []string) {
 	m.emit(Event{Kind: EventLost, Lanes: ids})
 }
 
-// goneLocked detaches l: results still running on it are discarded.
-func (m *member) goneLocked(l *lane) {
+// beginRevoke stops fetching and waits, at most until ctx or timeout, for
+// an outstanding Receive to return and its deliveries to be dispatched.
+// Drivers make Receive return promptly when they revoke.
+func (m *member) beginRevoke(ctx context.Context, timeout <-chan time.Time) {
+	m.mu.Lock()
+	m.revokes++
+	received := m.receiving
+	m.mu.Unlock()
+	if received != nil {
+		select {
+		case <-received:
+		case <-timeout:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (m *member) endRevoke() {
+	m.mu.Lock()
+	m.revokes--
+	m.mu.Unlock()
+	signal(m.roomCh)
+}
+
+// revokeLocked marks l as going away: deliveries of it still to come from
+// a Receive that started earlier are dropped.
+func (m *member) revokeLocked(l *lane) {
+	l.revoking = true
 	m.epoch++
 	m.revokedAt[l.id] = m.epoch
+}
+
+// goneLocked detaches l: results still running on it are discarded.
+func (m *member) goneLocked(l *lane) {
+	m.dropQueuedLocked(l)
 	l.gone = true
 	l.cancel()
 	m.pending -= l.committed
@@ -795,10 +846,9 @@ func (m *member) shutdown(ctx context.Context) int {
 	m.draining = true
 	for _, l := range m.lanes {
 		for _, s := range l.slots {
-			m.releaseWaitingLocked(l, s)
-		}
-		for s := range l.loose {
-			m.releaseWaitingLocked(l, s)
+			if s.wake != nil {
+				signal(s.wake) // flush a batch waiting to fill
+			}
 		}
 	}
 	var drained chan struct{}
@@ -829,25 +879,6 @@ func (m *member) shutdown(ctx context.Context) int {
 	return left
 }
 
-// releaseWaitingLocked releases a slot whose head waits for a retry, and
-// everything queued behind it (their order depends on it).
-func (m *member) releaseWaitingLocked(l *lane, s *slot) {
-	if s.timer == nil || !s.timer.Stop() {
-		if s.wake != nil {
-			signal(s.wake)
-		}
-		return
-	}
-	s.timer = nil
-	for _, e := range s.queue {
-		m.releaseLocked(e)
-	}
-	s.queue = nil
-	s.active = false
-	l.dropSlotLocked(s)
-	m.wg.Done()
-}
-
 func (m *member) stopFetching() {
 	m.mu.Lock()
 	started := m.started
@@ -866,8 +897,8 @@ func (m *member) close() {
 		m.cancel()
 		m.mu.Lock()
 		for _, l := range m.lanes {
-			l.revoking = true
-			m.dropQueuedLocked(l)
+			m.revokeLocked(l)
+			m.goneLocked(l)
 		}
 		started := m.started
 		m.mu.Unlock()

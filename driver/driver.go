@@ -201,15 +201,27 @@ type SubscribeOptions struct {
 // group member gains or loses lanes.
 //
 // Claimed is called before Receive returns any delivery of the lane.
+//
 // Revoked blocks until the engine has stopped working on the lanes,
 // finished or abandoned what was in flight within its drain bound, and
-// committed what was settled; after it returns the engine makes no further
-// call for those lanes, and Receive must not return deliveries of the old
-// claim. Lost is for lanes taken away without the chance to commit (a
-// session expired); the engine abandons them at once.
+// committed what was settled (it calls Commit from inside Revoked); after
+// it returns the engine makes no further call for those lanes, and Receive
+// must not return deliveries of the old claim.
 //
-// The driver calls these from one goroutine at a time, never while holding
-// a lock that Receive, Ack or Commit needs.
+// Lost is for lanes taken away without the chance to commit (a session
+// expired); the engine abandons them at once.
+//
+// Revoked and Lost first wait for a Receive in progress to return, so that
+// what it read is handled as part of the old claim; the engine does not
+// call Receive again until they return. A driver that revokes therefore
+// makes a Receive in progress return promptly (with what it has, possibly
+// nothing); one that does not delays the revocation by up to the drain
+// bound, after which deliveries of revoked lanes from that Receive are
+// dropped.
+//
+// The driver calls these from one goroutine at a time, never from the
+// goroutine running Receive, and never while holding a lock that Receive,
+// Ack or Commit needs.
 type Lanes interface {
 	Claimed(lanes []string)
 	Revoked(ctx context.Context, lanes []string)
@@ -221,8 +233,10 @@ type Lanes interface {
 // A Subscriber must also implement Acker or Committer.
 type Subscriber interface {
 	// Receive blocks until at least one delivery is available and returns
-	// at most max of them, in lane order. It returns ctx.Err() when ctx
-	// ends and an error wrapping ErrClosed after Close.
+	// at most max of them, in lane order. It may return no delivery and no
+	// error (after a revocation, say); the engine calls it again. It
+	// returns ctx.Err() when ctx ends and an error wrapping ErrClosed
+	// after Close.
 	Receive(ctx context.Context, max int) ([]*Delivery, error)
 
 	// Close leaves the group. Unsettled deliveries go back to the

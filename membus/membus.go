@@ -339,12 +339,19 @@ func (t *topic) rebalance(ctx context.Context, g *group) {
 	t.mu.Unlock()
 
 	for s, ps := range revoke {
+		// A Receive in progress returns at once, so the engine can
+		// dispatch what it read before the partitions go.
+		t.mu.Lock()
+		s.revoking = true
+		t.mu.Unlock()
+		signal(s.wake)
 		s.lanes.Revoked(ctx, t.lanes(ps))
 		t.mu.Lock()
 		for _, p := range ps {
 			g.owner[p] = nil
 			delete(s.pos, p)
 		}
+		s.revoking = false
 		t.mu.Unlock()
 	}
 	for s, ps := range claim {
@@ -412,9 +419,10 @@ type sub struct {
 	wake  chan struct{}
 
 	// guarded by t.mu
-	pos    map[int]int64 // owned partition -> next offset to read
-	next   int           // round-robin start over owned partitions
-	closed bool
+	pos      map[int]int64 // owned partition -> next offset to read
+	next     int           // round-robin start over owned partitions
+	closed   bool
+	revoking bool // a revocation is in progress: Receive returns at once
 
 	closeOnce sync.Once
 }
@@ -429,6 +437,9 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 		}
 		var ds []*driver.Delivery
 		owned := slices.Sorted(maps.Keys(s.pos))
+		if s.revoking {
+			owned = nil
+		}
 		for i := range owned {
 			if len(ds) >= max {
 				break
@@ -448,8 +459,9 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 		}
 		s.next++
 		notify := t.notify
+		revoking := s.revoking
 		t.mu.Unlock()
-		if len(ds) > 0 {
+		if len(ds) > 0 || revoking {
 			return ds, nil
 		}
 		select {

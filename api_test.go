@@ -1,0 +1,232 @@
+package omnibus_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/url"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/membus"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name, url string
+		want      error
+		contains  []string
+	}{
+		{"unknown scheme", "kafkaa://user:hunter2@host:9092", omnibus.ErrUnknownScheme, []string{`"kafkaa"`, "forgotten import", "mem"}},
+		{"malformed", "mem://user:hunter2@[::1", omnibus.ErrInvalid, []string{"malformed URL"}},
+		{"no scheme", "//localhost:9092", omnibus.ErrInvalid, []string{"no scheme"}},
+		{"unknown parameter", "mem://user:hunter2@bus?partitons=3", omnibus.ErrInvalid, []string{"partitons", "known: durability, max_bytes, partitions"}},
+		{"bad durability", "mem://user:hunter2@bus?durability=most", omnibus.ErrInvalid, []string{`"most"`}},
+		{"bad value", "mem://bus?partitions=-2", omnibus.ErrInvalid, []string{"partitions"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := omnibus.Open(ctx, tt.url)
+			if err == nil {
+				c.Close()
+				t.Fatalf("Open(%q) succeeded, want an error", tt.url)
+			}
+			if !errors.Is(err, tt.want) {
+				t.Errorf("Open(%q) = %v, want errors.Is %v", tt.url, err, tt.want)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error shows the password: %v", err)
+			}
+			for _, s := range tt.contains {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func TestRegisterPanics(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		scheme string
+		d      driver.Driver
+	}{
+		{"duplicate", membus.Scheme, nilDriver{}},
+		{"empty scheme", "", nilDriver{}},
+		{"nil driver", "nil", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register(%q) did not panic", tt.scheme)
+				}
+			}()
+			omnibus.Register(tt.scheme, tt.d)
+		})
+	}
+	if got := omnibus.Schemes(); len(got) == 0 || got[0] != "mem" {
+		t.Errorf("Schemes() = %v, want mem registered", got)
+	}
+}
+
+type nilDriver struct{}
+
+func (nilDriver) Open(context.Context, *url.URL) (driver.Conn, error) { return nil, nil }
+
+func TestBadOptions(t *testing.T) {
+	ctx := context.Background()
+	c := openMem(t)
+	h := func(context.Context, *omnibus.Message) error { return nil }
+	tests := []struct {
+		name string
+		opt  omnibus.SubscribeOption
+	}{
+		{"zero in-flight", omnibus.MaxInFlight(0)},
+		{"negative in-flight", omnibus.MaxInFlight(-1)},
+		{"zero bytes", omnibus.MaxInFlightBytes(0)},
+		{"zero attempts", omnibus.MaxAttempts(0)},
+		{"negative backoff", omnibus.Backoff(-time.Second, time.Second)},
+		{"backoff max below min", omnibus.Backoff(time.Second, time.Millisecond)},
+		{"zero drain", omnibus.DrainTimeout(0)},
+		{"zero consumers", omnibus.Consumers(0)},
+		{"zero batch count", omnibus.Batch(0, 1, time.Second)},
+		{"zero batch period", omnibus.Batch(10, 1000, 0)},
+		{"empty group", omnibus.Group("")},
+		{"empty dead-letter topic", omnibus.DeadLetterTopic("")},
+		{"nil observer", omnibus.Observe(nil)},
+		{"bad ordering", omnibus.Order(omnibus.Ordering(42))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k, err := c.Subscribe(ctx, "t", h, tt.opt)
+			if !errors.Is(err, omnibus.ErrInvalid) {
+				if k != nil {
+					k.Close()
+				}
+				t.Fatalf("Subscribe with %s: got %v, want ErrInvalid", tt.name, err)
+			}
+		})
+	}
+	if _, err := c.Subscribe(ctx, "t", nil); !errors.Is(err, omnibus.ErrInvalid) {
+		t.Errorf("nil handler: got %v, want ErrInvalid", err)
+	}
+	if _, err := c.SubscribeBatch(ctx, "t", nil); !errors.Is(err, omnibus.ErrInvalid) {
+		t.Errorf("nil batch handler: got %v, want ErrInvalid", err)
+	}
+	if _, err := c.Subscribe(ctx, "", h); !errors.Is(err, omnibus.ErrInvalid) {
+		t.Errorf("empty topic: got %v, want ErrInvalid", err)
+	}
+	if err := c.Publish(ctx, "t", nil); !errors.Is(err, omnibus.ErrInvalid) {
+		t.Errorf("nil message: got %v, want ErrInvalid", err)
+	}
+	if err := c.CreateTopic(ctx, "t", 0); !errors.Is(err, omnibus.ErrInvalid) {
+		t.Errorf("zero lanes: got %v, want ErrInvalid", err)
+	}
+	if _, err := omnibus.New(nil); !errors.Is(err, omnibus.ErrInvalid) {
+		t.Errorf("New(nil): got %v, want ErrInvalid", err)
+	}
+}
+
+func TestCapabilityErrors(t *testing.T) {
+	c, err := omnibus.New(unordered{membus.New(membus.Config{}).Conn()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h := func(context.Context, *omnibus.Message) error { return nil }
+	for _, tt := range []struct {
+		opt        omnibus.SubscribeOption
+		capability string
+	}{
+		{omnibus.Order(omnibus.OrderKey), "ordering"},
+		{omnibus.Order(omnibus.OrderLane), "ordering"},
+		{omnibus.StartFrom(omnibus.StartEarliest), "replay"},
+	} {
+		_, err := c.Subscribe(context.Background(), "t", h, tt.opt)
+		var ce *omnibus.CapabilityError
+		if !errors.As(err, &ce) || ce.Capability != tt.capability || !errors.Is(err, omnibus.ErrUnsupported) {
+			t.Errorf("got %v, want a CapabilityError naming %q", err, tt.capability)
+		}
+	}
+}
+
+// unordered is a membus connection that declares neither order nor replay.
+type unordered struct{ driver.Conn }
+
+func (u unordered) Capabilities() driver.Capabilities {
+	c := u.Conn.Capabilities()
+	c.Ordered, c.Replay = false, false
+	return c
+}
+
+func TestClosed(t *testing.T) {
+	c := openMem(t)
+	c.Close()
+	ctx := context.Background()
+	if err := c.Publish(ctx, "t", &omnibus.Message{}); !errors.Is(err, omnibus.ErrClosed) {
+		t.Errorf("Publish after Close: %v", err)
+	}
+	if _, err := c.Subscribe(ctx, "t", func(context.Context, *omnibus.Message) error { return nil }); !errors.Is(err, omnibus.ErrClosed) {
+		t.Errorf("Subscribe after Close: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestDurabilityFromURL(t *testing.T) {
+	c, err := omnibus.Open(context.Background(), "mem://durability?durability=leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Durability() != omnibus.DurabilityLeader {
+		t.Errorf("durability %v, want leader", c.Durability())
+	}
+}
+
+// TestNoClientLibraries proves the portable layer pulls in no transport's
+// client library: a program that uses only membus stays small.
+func TestNoClientLibraries(t *testing.T) {
+	for _, pkg := range []string{".", "./driver"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, banned := range []string{"franz-go", "amqp091", "nats-io", "aws-sdk", "go-redis", "jackc/pgx", "spf13"} {
+				if strings.Contains(dep, banned) {
+					t.Errorf("package %s depends on %s", pkg, dep)
+				}
+			}
+		}
+	}
+}
+
+func openMem(t testing.TB) *omnibus.Client {
+	t.Helper()
+	c, err := omnibus.New(membus.New(membus.Config{Partitions: 4}).Conn(), quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// quiet keeps the engine's expected error logs (injected panics) out of
+// the test output.
+func quiet() omnibus.Option {
+	return omnibus.WithLogger(slog.New(slog.DiscardHandler))
+}
