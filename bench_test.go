@@ -1,0 +1,152 @@
+package omnibus_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/membus"
+)
+
+// publishBacklog publishes n messages of size bytes over keys keys.
+func publishBacklog(b *testing.B, c *omnibus.Client, topic string, n, keys, size int) {
+	b.Helper()
+	body := make([]byte, size)
+	const batch = 1000
+	ms := make([]*omnibus.Message, 0, batch)
+	for i := 0; i < n; i += batch {
+		ms = ms[:0]
+		for j := i; j < min(n, i+batch); j++ {
+			ms = append(ms, &omnibus.Message{ID: strconv.Itoa(j), Key: "k" + strconv.Itoa(j%keys), Body: body})
+		}
+		if err := c.Publish(context.Background(), topic, ms...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// consume runs a consumer over the backlog until n messages are handled.
+func consume(b *testing.B, c *omnibus.Client, topic string, n int, h func(), opts ...omnibus.SubscribeOption) {
+	b.Helper()
+	var done atomic.Int64
+	finished := make(chan struct{})
+	k, err := c.Subscribe(context.Background(), topic, func(ctx context.Context, m *omnibus.Message) error {
+		h()
+		if done.Add(1) == int64(n) {
+			close(finished)
+		}
+		return nil
+	}, append(opts, omnibus.StartFrom(omnibus.StartEarliest))...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	go k.Run(context.Background())
+	<-finished
+	b.StopTimer()
+	k.Close()
+}
+
+// BenchmarkOrdering compares the ordering modes with a handler that takes
+// 1 ms, on 4 lanes and 1,000 keys, at several in-flight bounds: key mode
+// lifts throughput past the lane count, lane mode cannot.
+func BenchmarkOrdering(b *testing.B) {
+	for _, mode := range []omnibus.Ordering{omnibus.OrderLane, omnibus.OrderKey, omnibus.OrderNone} {
+		for _, conc := range []int{1, 16, 64, 256} {
+			b.Run(fmt.Sprintf("mode=%s/concurrency=%d", mode, conc), func(b *testing.B) {
+				c := benchClient(b, 4)
+				publishBacklog(b, c, "bench", b.N, 1000, 100)
+				b.ResetTimer()
+				start := time.Now()
+				consume(b, c, "bench", b.N, func() { time.Sleep(time.Millisecond) }, omnibus.Order(mode), omnibus.MaxInFlight(conc))
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+			})
+		}
+	}
+}
+
+// BenchmarkNoopHandler measures the engine's own cost per message: a
+// handler that does nothing, allocations per message included.
+func BenchmarkNoopHandler(b *testing.B) {
+	for _, mode := range []omnibus.Ordering{omnibus.OrderLane, omnibus.OrderKey, omnibus.OrderNone} {
+		b.Run("mode="+mode.String(), func(b *testing.B) {
+			c := benchClient(b, 4)
+			publishBacklog(b, c, "bench", b.N, 1000, 100)
+			runtime.GC()
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			consume(b, c, "bench", b.N, func() {}, omnibus.Order(mode), omnibus.MaxInFlight(256))
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+		})
+	}
+}
+
+// BenchmarkDrainBacklog drains 200,000 messages of 1 KiB with an in-flight
+// bound of 1,000 and reports the peak live heap above what the backlog
+// itself holds: it stays near the bound's worth, whatever the backlog's
+// size. The collector runs often (GOGC=5) so the live-heap samples are
+// many.
+func BenchmarkDrainBacklog(b *testing.B) {
+	const n, size, inflight = 200_000, 1024, 1000
+	defer debug.SetGCPercent(debug.SetGCPercent(5))
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	readLive := func() uint64 {
+		metrics.Read(live)
+		return live[0].Value.Uint64()
+	}
+	for range b.N {
+		b.StopTimer()
+		c := benchClient(b, 4)
+		publishBacklog(b, c, "backlog", n, 1000, size)
+		runtime.GC()
+		base := readLive()
+		var peak atomic.Uint64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
+				if v := readLive(); v > peak.Load() {
+					peak.Store(v)
+				}
+			}
+		}()
+		b.StartTimer()
+		start := time.Now()
+		consume(b, c, "backlog", n, func() {}, omnibus.MaxInFlight(inflight))
+		elapsed := time.Since(start)
+		close(stop)
+		<-sampled
+		extra := float64(0)
+		if p := peak.Load(); p > base {
+			extra = float64(p-base) / (1 << 20)
+		}
+		b.ReportMetric(extra, "peak-live-heap-above-backlog-MiB")
+		b.ReportMetric(float64(base)/(1<<20), "backlog-heap-MiB")
+		b.ReportMetric(float64(inflight*size)/(1<<20), "in-flight-bound-MiB")
+		b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+		c.Close()
+	}
+}
+
+func benchClient(b *testing.B, partitions int) *omnibus.Client {
+	b.Helper()
+	c, err := omnibus.New(membus.New(membus.Config{Partitions: partitions}).Conn(), quiet())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
