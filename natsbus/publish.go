@@ -1,0 +1,290 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// Headers natsbus writes: CloudEvents binary content mode for NATS.
+const (
+	HeaderID           = "Ce-Id"
+	HeaderType         = "Ce-Type"
+	HeaderSource       = "Ce-Source"
+	HeaderTime         = "Ce-Time"
+	HeaderSpecVersion  = "Ce-Specversion"
+	HeaderPartitionKey = "Ce-Partitionkey" // the CloudEvents partitioning extension
+)
+
+func isOwnHeader(k string) bool {
+	switch k {
+	case HeaderID, HeaderType, HeaderSource, HeaderTime, HeaderSpecVersion, HeaderPartitionKey, jetstream.MsgIDHeader:
+		return true
+	}
+	return false
+}
+
+// headerValue makes v safe in a NATS header: CR and LF would end it.
+func headerValue(v string) string {
+	if !strings.ContainsAny(v, "\r\n") {
+		return v
+	}
+	return strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(v)
+}
+
+func checkHeaderKey(k string) error {
+	if k == "" {
+		return errors.New("empty header name")
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c <= ' ' || c == ':' || c == 0x7f {
+			return fmt.Errorf("header name %q: illegal character %q", k, c)
+		}
+	}
+	return nil
+}
+
+// toMsg builds the NATS message of m on subject.
+func toMsg(subject string, m *driver.Message) (*nats.Msg, error) {
+	h := make(nats.Header, len(m.Headers)+6)
+	for k, v := range m.Headers {
+		if err := checkHeaderKey(k); err != nil {
+			return nil, err
+		}
+		h[k] = []string{headerValue(v)}
+	}
+	h[jetstream.MsgIDHeader] = []string{m.ID}
+	h[HeaderID] = []string{m.ID}
+	h[HeaderSpecVersion] = []string{"1.0"}
+	if m.Type != "" {
+		h[HeaderType] = []string{headerValue(m.Type)}
+	}
+	if m.Source != "" {
+		h[HeaderSource] = []string{headerValue(m.Source)}
+	}
+	if !m.Time.IsZero() {
+		h[HeaderTime] = []string{m.Time.UTC().Format(time.RFC3339Nano)}
+	}
+	if m.Key != "" {
+		h[HeaderPartitionKey] = []string{headerValue(m.Key)}
+	}
+	return &nats.Msg{Subject: subject, Header: h, Data: m.Body}, nil
+}
+
+// fromMsg fills d's message from a NATS message.
+func fromMsg(d *driver.Message, h nats.Header, data []byte) {
+	d.Body = data
+	for k, vs := range h {
+		if len(vs) == 0 {
+			continue
+		}
+		v := vs[0]
+		switch k {
+		case HeaderID:
+			d.ID = v
+		case jetstream.MsgIDHeader:
+			if d.ID == "" {
+				d.ID = v
+			}
+		case HeaderType:
+			d.Type = v
+		case HeaderSource:
+			d.Source = v
+		case HeaderTime:
+			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				d.Time = t
+			}
+		case HeaderPartitionKey:
+			d.Key = v
+		case HeaderSpecVersion:
+		default:
+			if d.Headers == nil {
+				d.Headers = make(map[string]string, len(h))
+			}
+			d.Headers[k] = v
+		}
+	}
+}
+
+// Publish implements driver.Conn. DurabilityNone publishes with core
+// NATS and does not wait; leader and all wait for JetStream's publish
+// ack. Up to publish_window messages of the connection wait for their
+// ack at once.
+func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions) error {
+	if err := c.checkOpen("publish", topic); err != nil {
+		return err
+	}
+	if err := checkTopic("publish", topic); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ref, err := c.stream(ctx, topic, 0)
+	if err != nil {
+		return err
+	}
+	errs := make([]error, len(msgs))
+	nm := make([]*nats.Msg, len(msgs))
+	for i, m := range msgs {
+		subject := topic
+		if ref.parts > 0 {
+			p := 0
+			if m.Key == "" {
+				p = int(c.rr.Add(1) % uint64(ref.parts))
+			} else {
+				p = Partition(m.Key, ref.parts)
+			}
+			subject = partitionSubject(topic, p)
+		}
+		nm[i], errs[i] = toMsg(subject, m)
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("natsbus: publish %q: message %q: %w: %w", topic, m.ID, errs[i], driver.ErrInvalid)
+		}
+	}
+	if opts.Durability == driver.DurabilityNone {
+		for i, m := range nm {
+			if errs[i] == nil {
+				if err := c.nc.PublishMsg(m); err != nil {
+					errs[i] = fmt.Errorf("natsbus: publish %q: message %q: %w", topic, msgs[i].ID, classify(err))
+				}
+			}
+		}
+		return batchResult(errs)
+	}
+	c.publishAcked(ctx, topic, msgs, nm, errs)
+	// A stream deleted under a cached reference: create it again and
+	// publish what found no stream once more (the message IDs make this
+	// safe).
+	var again []int
+	for i, err := range errs {
+		if err != nil && (errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 && ctx.Err() == nil {
+		c.forget(topic)
+		if _, err := c.stream(ctx, topic, ref.parts); err == nil {
+			sub := make([]*driver.Message, len(again))
+			subN := make([]*nats.Msg, len(again))
+			subE := make([]error, len(again))
+			for j, i := range again {
+				sub[j], subN[j] = msgs[i], nm[i]
+			}
+			c.publishAcked(ctx, topic, sub, subN, subE)
+			for j, i := range again {
+				errs[i] = subE[j]
+			}
+		}
+	}
+	return batchResult(errs)
+}
+
+func batchResult(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return &driver.BatchError{Errs: errs}
+		}
+	}
+	return nil
+}
+
+type pending struct {
+	i   int
+	paf jetstream.PubAckFuture
+}
+
+// publishAcked publishes the messages whose errs entry is nil
+// asynchronously and waits for their acks, holding at most the
+// connection's window of unacknowledged messages.
+func (c *conn) publishAcked(ctx context.Context, topic string, msgs []*driver.Message, nm []*nats.Msg, errs []error) {
+	var waiting []pending
+	fail := func(i int, err error) {
+		errs[i] = fmt.Errorf("natsbus: publish %q: message %q: %w", topic, msgs[i].ID, classify(err))
+	}
+	// wait settles the oldest pending publish; false when ctx ended.
+	wait := func() bool {
+		p := waiting[0]
+		select {
+		case <-p.paf.Ok():
+		case err := <-p.paf.Err():
+			fail(p.i, err)
+		case <-ctx.Done():
+			return false
+		}
+		waiting = waiting[1:]
+		<-c.sem
+		return true
+	}
+	abandon := func(from int) {
+		// Not waited for: report ctx's error, and free the window when
+		// the acks come in (the publish timeout bounds that).
+		for _, p := range waiting {
+			fail(p.i, ctx.Err())
+		}
+		for i := from; i < len(nm); i++ {
+			if errs[i] == nil {
+				fail(i, ctx.Err())
+			}
+		}
+		if len(waiting) > 0 {
+			rest := waiting
+			go func() {
+				for _, p := range rest {
+					select {
+					case <-p.paf.Ok():
+					case <-p.paf.Err():
+					}
+					<-c.sem
+				}
+			}()
+		}
+	}
+	for i, m := range nm {
+		if errs[i] != nil {
+			continue
+		}
+		for acquired := false; !acquired; {
+			select {
+			case c.sem <- struct{}{}:
+				acquired = true
+				continue
+			default:
+			}
+			if len(waiting) > 0 {
+				if !wait() {
+					abandon(i)
+					return
+				}
+				continue
+			}
+			select {
+			case c.sem <- struct{}{}:
+				acquired = true
+			case <-ctx.Done():
+				abandon(i)
+				return
+			}
+		}
+		paf, err := c.js.PublishMsgAsync(m) // Nats-Msg-Id is in the headers
+		if err != nil {
+			<-c.sem
+			fail(i, err)
+			continue
+		}
+		waiting = append(waiting, pending{i, paf})
+	}
+	for len(waiting) > 0 {
+		if !wait() {
+			abandon(len(nm))
+			return
+		}
+	}
+}

@@ -1,0 +1,444 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// unorderedLane is the lane of an unpartitioned topic.
+const unorderedLane = "0"
+
+// Subscribe implements driver.Conn. On an unpartitioned connection the
+// group is one durable pull consumer whose members compete for messages
+// on a single unordered lane; on a partitioned one, see partitioned.go.
+func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.SubscribeOptions) (driver.Subscriber, error) {
+	if err := c.checkOpen("subscribe", topic); err != nil {
+		return nil, err
+	}
+	if err := checkTopic("subscribe", topic); err != nil {
+		return nil, err
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 256
+	}
+	ref, err := c.stream(ctx, topic, 0)
+	if err != nil {
+		return nil, err
+	}
+	s := newSub(c, topic, ref, opts)
+	if ref.parts > 0 {
+		return s, s.startClaims(ctx)
+	}
+	want := c.cfg.maxAckPending
+	if want == 0 {
+		want = 16 * opts.MaxInFlight
+	}
+	cons, err := c.consumer(ctx, ref, safeName(opts.Group), "", opts.StartAt, want)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: subscribe %q group %q: %w", topic, opts.Group, err)
+	}
+	r, err := s.newReader(unorderedLane, cons)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: subscribe %q group %q: %w", topic, opts.Group, classify(err))
+	}
+	if err := c.addSub(s); err != nil {
+		r.stopAndWait()
+		return nil, fmt.Errorf("natsbus: subscribe %q: %w", topic, err)
+	}
+	opts.Lanes.Claimed([]string{unorderedLane})
+	s.mu.Lock()
+	s.readers[unorderedLane] = r
+	s.mu.Unlock()
+	s.startPump(r)
+	s.startKeeper()
+	return s, nil
+}
+
+// consumer returns the durable consumer name of stream ref, creating it
+// when missing. An existing consumer keeps its position and delivery
+// policy; its MaxAckPending is raised to maxAckPending when lower.
+func (c *conn) consumer(ctx context.Context, ref *streamRef, name, filter string, start driver.StartAt, maxAckPending int) (jetstream.Consumer, error) {
+	for try := 0; ; try++ {
+		cons, err := c.js.Consumer(ctx, ref.name, name)
+		if err == nil {
+			cfg := cons.CachedInfo().Config
+			if cfg.MaxAckPending >= maxAckPending || cfg.MaxAckPending < 0 {
+				return cons, nil
+			}
+			cfg.MaxAckPending = maxAckPending
+			up, err := c.js.UpdateConsumer(ctx, ref.name, cfg)
+			if err != nil {
+				return cons, nil // keep the smaller window rather than fail
+			}
+			return up, nil
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("consumer %q of stream %q: %w", name, ref.name, classify(err))
+		}
+		cc := jetstream.ConsumerConfig{
+			Durable:           name,
+			DeliverPolicy:     jetstream.DeliverNewPolicy,
+			AckPolicy:         jetstream.AckExplicitPolicy,
+			AckWait:           c.cfg.ackWait,
+			MaxDeliver:        -1, // the engine counts attempts and dead-letters
+			MaxAckPending:     maxAckPending,
+			FilterSubject:     filter,
+			InactiveThreshold: c.cfg.inactive,
+		}
+		if start == driver.StartEarliest {
+			cc.DeliverPolicy = jetstream.DeliverAllPolicy
+		}
+		cons, err = c.js.CreateConsumer(ctx, ref.name, cc)
+		if err == nil {
+			return cons, nil
+		}
+		if !errors.Is(err, jetstream.ErrConsumerExists) || try >= 3 {
+			return nil, fmt.Errorf("create consumer %q of stream %q: %w", name, ref.name, classify(err))
+		}
+	}
+}
+
+// sub is one group member.
+//
+// Goroutines: one pump per reader (a claimed lane's consumer), feeding
+// items; the keeper, sending in-progress signals for deliveries held
+// long; in partitioned mode the claimer (partitioned.go). All end in
+// Close.
+type sub struct {
+	c      *conn
+	topic  string
+	ref    *streamRef
+	opts   driver.SubscribeOptions
+	items  chan item
+	closed chan struct{}
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	readers map[string]*reader // by lane
+	held    map[heldKey]*held  // deliveries not yet acked, for in-progress signals
+
+	claims    *claims // partitioned mode only
+	closeOnce sync.Once
+}
+
+type heldKey struct {
+	r   *reader
+	seq uint64
+}
+
+type held struct {
+	msg   jetstream.Msg
+	since time.Time // received, or last in-progress signal
+	first time.Time
+}
+
+type item struct {
+	r   *reader
+	msg jetstream.Msg
+	err error
+}
+
+// reader reads one lane: a durable consumer and its pull iterator.
+type reader struct {
+	lane    string
+	cons    jetstream.Consumer
+	it      jetstream.MessagesContext
+	stopped atomic.Bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func newSub(c *conn, topic string, ref *streamRef, opts driver.SubscribeOptions) *sub {
+	return &sub{
+		c: c, topic: topic, ref: ref, opts: opts,
+		items:   make(chan item, 64),
+		closed:  make(chan struct{}),
+		readers: map[string]*reader{},
+		held:    map[heldKey]*held{},
+	}
+}
+
+func (s *sub) newReader(lane string, cons jetstream.Consumer) (*reader, error) {
+	it, err := cons.Messages(jetstream.PullMaxMessages(s.opts.MaxInFlight))
+	if err != nil {
+		return nil, err
+	}
+	return &reader{lane: lane, cons: cons, it: it, stop: make(chan struct{}), done: make(chan struct{})}, nil
+}
+
+func (s *sub) startPump(r *reader) {
+	s.wg.Add(1)
+	go s.pump(r)
+}
+
+// pump moves messages from r's iterator to s.items until r stops.
+func (s *sub) pump(r *reader) {
+	defer s.wg.Done()
+	defer close(r.done)
+	failures := 0
+	for {
+		msg, err := r.it.Next()
+		if err != nil {
+			if r.stopped.Load() {
+				return
+			}
+			select {
+			case s.items <- item{r: r, err: err}:
+			case <-r.stop:
+				return
+			case <-s.closed:
+				return
+			}
+			if errors.Is(classify(err), driver.ErrNotFound) || errors.Is(classify(err), driver.ErrClosed) || s.c.nc.IsClosed() {
+				return
+			}
+			// Not terminal: start a new iterator after a pause.
+			failures++
+			select {
+			case <-time.After(min(time.Duration(failures)*250*time.Millisecond, 5*time.Second)):
+			case <-r.stop:
+				return
+			}
+			r.it.Stop()
+			if it, err := r.cons.Messages(jetstream.PullMaxMessages(s.opts.MaxInFlight)); err == nil {
+				r.it = it
+			}
+			continue
+		}
+		failures = 0
+		select {
+		case s.items <- item{r: r, msg: msg}:
+		case <-r.stop:
+			return
+		case <-s.closed:
+			return
+		}
+	}
+}
+
+// stopAndWait stops r's iterator and waits for its pump.
+func (r *reader) stopAndWait() {
+	if r.stopped.CompareAndSwap(false, true) {
+		close(r.stop)
+		r.it.Stop()
+	}
+}
+
+func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	var ds []*driver.Delivery
+	for len(ds) == 0 {
+		select {
+		case it := <-s.items:
+			d, err := s.delivery(it)
+			if err != nil {
+				return nil, err
+			}
+			if d != nil {
+				ds = append(ds, d)
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.closed:
+			return nil, fmt.Errorf("natsbus: receive %q: %w", s.topic, driver.ErrClosed)
+		}
+	}
+	for len(ds) < max {
+		select {
+		case it := <-s.items:
+			d, err := s.delivery(it)
+			if err != nil {
+				return ds, nil // the error comes back with the next Receive
+			}
+			if d != nil {
+				ds = append(ds, d)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	return ds, nil
+}
+
+// delivery converts an item; nil when it belongs to a lane given up.
+func (s *sub) delivery(it item) (*driver.Delivery, error) {
+	if it.r.stopped.Load() {
+		return nil, nil
+	}
+	if it.err != nil {
+		err := classify(it.err)
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) && s.c.nc.IsClosed() {
+			err = fmt.Errorf("%w: %w", err, driver.ErrClosed)
+		}
+		if errors.Is(err, driver.ErrNotFound) {
+			s.c.forget(s.topic)
+		}
+		return nil, fmt.Errorf("natsbus: receive %q lane %s: %w", s.topic, it.r.lane, err)
+	}
+	md, err := it.msg.Metadata()
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: receive %q lane %s: %w", s.topic, it.r.lane, err)
+	}
+	d := &driver.Delivery{
+		Lane:     it.r.lane,
+		Position: strconv.FormatUint(md.Sequence.Stream, 10),
+		Attempt:  int(md.NumDelivered),
+		Token:    heldKey{it.r, md.Sequence.Stream},
+	}
+	fromMsg(&d.Message, it.msg.Headers(), it.msg.Data())
+	now := time.Now()
+	s.mu.Lock()
+	s.held[heldKey{it.r, md.Sequence.Stream}] = &held{msg: it.msg, since: now, first: now}
+	s.mu.Unlock()
+	return d, nil
+}
+
+// take removes the deliveries from the held set and returns their
+// messages.
+func (s *sub) take(ds []*driver.Delivery) []jetstream.Msg {
+	msgs := make([]jetstream.Msg, 0, len(ds))
+	s.mu.Lock()
+	for _, d := range ds {
+		k, ok := d.Token.(heldKey)
+		if !ok {
+			continue
+		}
+		if h := s.held[k]; h != nil {
+			delete(s.held, k)
+			msgs = append(msgs, h.msg)
+		}
+	}
+	s.mu.Unlock()
+	return msgs
+}
+
+// Ack implements driver.Acker. The acknowledgements are written to the
+// connection; a lost one means a redelivery, never a loss.
+func (s *sub) Ack(_ context.Context, ds []*driver.Delivery) error {
+	var errs []error
+	for _, m := range s.take(ds) {
+		if err := m.Ack(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("natsbus: ack %q: %d of %d failed: %w", s.topic, len(errs), len(ds), classify(errors.Join(errs...)))
+	}
+	return nil
+}
+
+// Nack implements driver.Nacker with NakWithDelay.
+func (s *sub) Nack(_ context.Context, ds []*driver.Delivery, delay time.Duration) error {
+	var errs []error
+	for _, m := range s.take(ds) {
+		if err := m.NakWithDelay(delay); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("natsbus: nack %q: %d of %d failed: %w", s.topic, len(errs), len(ds), classify(errors.Join(errs...)))
+	}
+	return nil
+}
+
+// maxHold bounds how long in-progress signals keep a delivery from being
+// redelivered.
+func (s *sub) maxHold() time.Duration { return max(10*s.c.cfg.ackWait, 5*time.Minute) }
+
+// startKeeper starts the goroutine that tells the server a delivery held
+// longer than half of AckWait is still in progress, so slow handlers and
+// retries waiting in the engine do not cause redeliveries.
+func (s *sub) startKeeper() {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		wait := s.c.cfg.ackWait
+		t := time.NewTicker(max(wait/4, 50*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-s.closed:
+				return
+			case now := <-t.C:
+				var due []jetstream.Msg
+				s.mu.Lock()
+				for k, h := range s.held {
+					switch {
+					case now.Sub(h.first) > s.maxHold():
+						delete(s.held, k) // let the server redeliver it
+					case now.Sub(h.since) > wait/2:
+						h.since = now
+						due = append(due, h.msg)
+					}
+				}
+				s.mu.Unlock()
+				for _, m := range due {
+					_ = m.InProgress()
+				}
+			}
+		}
+	}()
+}
+
+// forgetLane drops the held deliveries of r.
+func (s *sub) forgetLane(r *reader) {
+	s.mu.Lock()
+	for k := range s.held {
+		if k.r == r {
+			delete(s.held, k)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// Lag implements driver.LagReader: num_pending + num_ack_pending of the
+// consumer of every lane this member holds. A failed read is Known false.
+func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
+	s.mu.Lock()
+	readers := make([]*reader, 0, len(s.readers))
+	for _, r := range s.readers {
+		readers = append(readers, r)
+	}
+	s.mu.Unlock()
+	lags := make([]driver.LaneLag, 0, len(readers))
+	for _, r := range readers {
+		l := driver.LaneLag{Lane: r.lane}
+		if info, err := r.cons.Info(ctx); err == nil {
+			l.Lag, l.Known = int64(info.NumPending)+int64(info.NumAckPending), true
+		}
+		lags = append(lags, l)
+	}
+	return lags, nil
+}
+
+// Close implements driver.Subscriber: it stops reading. Unacknowledged
+// deliveries are redelivered after AckWait; the durable consumer (the
+// group's position) stays.
+func (s *sub) Close() error {
+	s.closeOnce.Do(func() {
+		if s.claims != nil {
+			s.claims.leave()
+		}
+		close(s.closed)
+		s.mu.Lock()
+		readers := s.readers
+		s.readers = map[string]*reader{}
+		s.held = map[heldKey]*held{}
+		s.mu.Unlock()
+		for _, r := range readers {
+			r.stopAndWait()
+		}
+		s.wg.Wait()
+		s.c.removeSub(s)
+	})
+	return nil
+}
