@@ -1,0 +1,141 @@
+// Package kafkabus is omnibus's Apache Kafka transport, schemes kafka://
+// and kafkas:// (TLS), built on franz-go (kgo and kadm).
+//
+// Import it for its side effect:
+//
+//	import _ "github.com/omnibus-go/omnibus/kafkabus"
+//
+//	c, err := omnibus.Open(ctx, "kafka://broker1:9092,broker2:9092?client_id=billing")
+//
+// # URL
+//
+//	kafka://[user[:password]@]host[:port][,host[:port]...][?param=value&...]
+//	kafkas://...   same, with TLS
+//
+// The hosts are seed brokers (port 9092 when omitted). A user name turns
+// on SASL with the mechanism parameter; the password never appears in an
+// error (URLs are redacted). Unknown parameters are an error.
+//
+// The portable layer reads durability (none | leader | all, default all)
+// for every transport: it maps to Kafka's acks 0, 1 and all (-1), chosen
+// per Publish. At all the producer is idempotent (enable.idempotence,
+// which Kafka allows only with acks=all); none and leader produce without
+// idempotence. There is no acks parameter.
+//
+//	parameter                  default              Kafka's name / meaning
+//	client_id                  omnibus              client.id
+//	tls                        false (kafkas: true) security.protocol SSL / SASL_SSL
+//	tls_ca                     system roots         ssl.truststore.location: PEM file of CAs
+//	tls_server_name            the broker host      TLS server name to verify
+//	mechanism                  PLAIN                sasl.mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+//	create_topics              dlq                  which topics Publish and Subscribe create on first use:
+//	                                                none, dlq (names ending in ".dlq"), all
+//	                                                (the client-side auto.create.topics.enable)
+//	partitions                 -1 (broker default)  num.partitions of topics created on first use
+//	replication_factor         -1 (broker default)  default.replication.factor of created topics
+//	compression                none                 compression.type: none, gzip, snappy, lz4, zstd
+//	linger                     0                    linger.ms, as a Go duration (5ms)
+//	max_message_bytes          1048588              message.max.bytes / max.message.bytes: the
+//	                                                largest record batch produced; Capabilities
+//	                                                reports it as MaxMessageBytes
+//	max_buffered_records       10000                records buffered by a producer (buffer.memory, in records)
+//	idempotent                 true                 enable.idempotence (durability all only)
+//	delivery_timeout           2m                   delivery.timeout.ms
+//	request_timeout            30s                  request.timeout.ms, and the retry bound of
+//	                                                metadata and admin requests
+//	session_timeout            45s                  session.timeout.ms
+//	heartbeat_interval         3s                   heartbeat.interval.ms
+//	rebalance_timeout          1m                   rebalance.timeout.ms (max.poll.interval.ms)
+//	fetch_max_wait             500ms                fetch.max.wait.ms
+//	fetch_max_bytes            52428800             fetch.max.bytes
+//	fetch_max_partition_bytes  1048576              max.partition.fetch.bytes
+//	metadata_max_age           5m                   metadata.max.age.ms: how soon new partitions are seen
+//	dial_timeout               10s                  socket.connection.setup.timeout.ms
+//
+// Open checks that a seed broker answers, bounded by its context, so an
+// unreachable cluster is an error at Open rather than at the first
+// publish.
+//
+// # Topics
+//
+// A topic that does not exist is an error wrapping ErrNotFound from
+// Publish and Subscribe, unless create_topics covers it. Dead-letter
+// topics (the engine's default "<topic>.dlq") are created on first use
+// by default, because omnibus, not the user, owns them; a dead-letter
+// topic with another name must exist or be covered by create_topics=all.
+// [omnibus.Client.CreateTopic] makes sure a topic has at least N
+// partitions, creating it or adding partitions; members of the same
+// client notice added partitions at once, others at their next metadata
+// refresh (metadata_max_age).
+//
+// # Messages on the wire
+//
+// A message is one record: Key is the record key, Body the value, and the
+// other fields travel as CloudEvents binary-mode headers (Kafka protocol
+// binding) so any client can read them: ce_specversion (1.0), ce_id,
+// ce_type, ce_source and ce_time (RFC 3339 with nanoseconds; the record
+// timestamp is the message time too). User headers travel as record
+// headers as they are; user headers with those five names are ignored.
+// A record without ce_id (from another client) gets the ID
+// "<topic>/<partition>/<offset>", which stays the same on redelivery; one
+// without ce_time gets the record timestamp.
+//
+// Keys pick partitions with Kafka's default partitioner (murmur2 of the
+// key, as the Java client), so omnibus and Java producers put a key on
+// the same partition; records without a key are spread in sticky batches.
+//
+// # Delivery semantics
+//
+// Publish produces the batch at once and waits for every record's
+// acknowledgement at the durability asked for; records that fail are
+// reported one by one (a record over max_message_bytes fails with
+// ErrTooLarge while the others land). Records of one key keep their order.
+//
+// A subscription is a member of a Kafka consumer group (group.id is the
+// omnibus group) using the cooperative-sticky balancer; each assigned
+// partition is a lane named by its number ("0", "1", ...), and a
+// delivery's Position is its offset. Kafka cannot nack: retries run in the
+// engine and dead letters are published to the dead-letter topic.
+// Commits are the engine's watermark: the offset after the highest
+// settled record of a lane, committed synchronously. When the group takes
+// a partition away, kafkabus stops fetching it, the engine drains it and
+// commits from inside the revocation, and only then does the group move
+// it; commits for partitions the member no longer holds are never sent.
+// Lost partitions (an expired session) are abandoned without a commit.
+// Delivery is at least once.
+//
+// A new group starts at the end of each partition (StartLatest) or at the
+// log start (StartEarliest). With StartLatest the member commits that end
+// offset when it first claims a partition the group has no commit for,
+// so a crash before the first commit does not skip messages; a partition
+// added to the topic after the group started is read from its beginning.
+//
+// Lag is, for every partition of the topic, the high watermark minus the
+// group's committed offset, or minus the log start offset where the group
+// has no commit; a partition whose offsets cannot be read is unknown,
+// never zero.
+//
+//	capability       kafkabus
+//	ordered lanes    yes (partitions)
+//	lag              records
+//	lane cap         yes (a partition is read by one member of a group)
+//	groups           yes
+//	replay           yes
+//	native nack      no (the engine retries)
+//	max message      max_message_bytes (1048588)
+//
+// # Errors
+//
+// Errors name the operation and topic and wrap driver sentinels:
+// ErrNotFound (unknown topic), ErrTooLarge (record over the limit),
+// ErrClosed, ErrInvalid (bad URL), and ErrRetryable only where the broker
+// cannot have acted (no connection, not the leader, not enough replicas).
+// The franz-go error (a *kerr.Error, a net error) stays reachable with
+// errors.As.
+//
+// # Concurrency
+//
+// Everything is safe for concurrent use. A connection holds one admin
+// client, one producer client per durability level used (created on first
+// use) and one consumer client per subscription.
+package kafkabus

@@ -1,0 +1,97 @@
+package kafkabus_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/omnibus-go/omnibus"
+	_ "github.com/omnibus-go/omnibus/kafkabus"
+)
+
+// testParams make group membership react in test time: members notice a
+// rebalance within 100ms instead of 3s, and a fetch waits at most 100ms.
+const testParams = "heartbeat_interval=100ms&session_timeout=10s&rebalance_timeout=20s&fetch_max_wait=100ms&metadata_max_age=1s"
+
+// newCluster starts an in-process Kafka of three brokers, closed at
+// cleanup.
+func newCluster(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(3)}, opts...)...)
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// clusterURL is the kafka:// URL of c with the test parameters and extra
+// ones ("a=b&c=d").
+func clusterURL(c *kfake.Cluster, extra string) string {
+	u := "kafka://" + strings.Join(c.ListenAddrs(), ",") + "?" + testParams
+	if extra != "" {
+		u += "&" + extra
+	}
+	return u
+}
+
+// open opens a client to url, closed at cleanup.
+func open(t testing.TB, url string) *omnibus.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := omnibus.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", url, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond until it holds or d passes, then fails with msg.
+func eventually(t testing.TB, d time.Duration, cond func() bool, msg func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", d, msg())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// run starts k.Run and returns a function that stops it gracefully (also
+// called at cleanup).
+func run(t testing.TB, k *omnibus.Consumer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("Run did not return within 60s of cancellation")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
