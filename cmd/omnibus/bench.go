@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/spf13/cobra"
+)
+
+// headerSent carries the publish time (Unix nanoseconds) of a bench
+// message, for end-to-end latency.
+const headerSent = "omnibus-bench-sent"
+
+type benchOptions struct {
+	url     string
+	topic   string
+	count   int
+	size    int
+	batch   int
+	lanes   int
+	json    bool
+	timeout time.Duration
+}
+
+func (a *app) benchCmd() *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench [--topic T] [--count N] [--size BYTES] [--json]",
+		Short: "Measure publish and consume throughput and end-to-end latency",
+		Long: `bench publishes --count messages of --size bytes while a consumer group
+reads them, through omnibus, and reports publish and consume rates and the
+p50 / p99 end-to-end latency (publish call to handler; the publish time
+travels in a header). Where the transport has a raw-client baseline, bench
+runs the same work through the transport's own client in the same run and
+prints the ratio.
+
+The topic is fresh for each run unless --topic names one.`,
+		Example: `  omnibus bench
+  omnibus bench --count 50000 --size 1024 --json
+  omnibus bench --url nats://localhost:4222 --topic bench`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.bench(cmd.Context(), o) },
+	}
+	f := cmd.Flags()
+	addURLFlag(cmd, &o.url)
+	f.StringVarP(&o.topic, "topic", "t", "", "topic (default: a fresh one)")
+	f.IntVar(&o.count, "count", 10000, "messages")
+	f.IntVar(&o.size, "size", 100, "body size in bytes")
+	f.IntVar(&o.batch, "batch", 100, "messages per publish call")
+	f.IntVar(&o.lanes, "lanes", 4, "lanes of a fresh topic")
+	f.BoolVar(&o.json, "json", false, "print one JSON object")
+	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up when consuming takes longer than this")
+	return cmd
+}
+
+// benchResult is the --json shape.
+type benchResult struct {
+	Transport       string  `json:"transport"`
+	URL             string  `json:"url"`
+	Topic           string  `json:"topic"`
+	Size            int     `json:"size"`
+	Count           int     `json:"count"`
+	PublishMsgsPerS float64 `json:"publish_msgs_per_s"`
+	ConsumeMsgsPerS float64 `json:"consume_msgs_per_s"`
+	PublishMiBPerS  float64 `json:"publish_mib_per_s"`
+	P50Ms           float64 `json:"p50_ms"`
+	P99Ms           float64 `json:"p99_ms"`
+	// The raw-client baseline, absent when the transport has none.
+	Baseline           string   `json:"baseline,omitempty"`
+	RawPublishMsgsPerS *float64 `json:"raw_publish_msgs_per_s,omitempty"`
+	RawConsumeMsgsPerS *float64 `json:"raw_consume_msgs_per_s,omitempty"`
+	PublishRatio       *float64 `json:"publish_ratio,omitempty"`
+	ConsumeRatio       *float64 `json:"consume_ratio,omitempty"`
+	NoBaseline         string   `json:"no_baseline,omitempty"`
+}
+
+func (a *app) bench(ctx context.Context, o benchOptions) error {
+	if o.count < 1 || o.size < 0 || o.batch < 1 || o.lanes < 1 || o.timeout <= 0 {
+		return usagef("bench: --count, --batch and --lanes must be at least 1, --size at least 0, --timeout positive")
+	}
+	c, err := a.open(ctx, o.url)
+	if err != nil {
+		return err
+	}
+	defer a.closeClient(c)
+	topic := o.topic
+	if topic == "" {
+		topic = "omnibus-bench-" + shortID()
+	}
+	res := benchResult{Transport: scheme(a.rawURL), URL: redacted(a.rawURL), Topic: topic, Size: o.size, Count: o.count}
+	if err := benchOmnibus(ctx, c, topic, o, &res); err != nil {
+		return err
+	}
+	if b, ok := baselines[res.Transport]; ok {
+		res.Baseline = b.client
+		pub, con, err := b.run(ctx, c, a.rawURL, topic+"-raw", o)
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
+		if err != nil {
+			return fmt.Errorf("bench: raw %s baseline: %w", b.client, err)
+		}
+		res.RawPublishMsgsPerS, res.RawConsumeMsgsPerS = &pub, &con
+		if pub > 0 {
+			r := res.PublishMsgsPerS / pub
+			res.PublishRatio = &r
+		}
+		if con > 0 {
+			r := res.ConsumeMsgsPerS / con
+			res.ConsumeRatio = &r
+		}
+	} else {
+		res.NoBaseline = noBaseline[res.Transport]
+		if res.NoBaseline == "" {
+			res.NoBaseline = "no raw-client baseline registered for " + res.Transport
+		}
+	}
+	if o.json {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "%s\n", b)
+		return nil
+	}
+	printBench(a, res)
+	return nil
+}
+
+func printBench(a *app, r benchResult) {
+	fmt.Fprintf(a.stdout, "bench %s  topic %s  %d messages of %d bytes\n", r.URL, r.Topic, r.Count, r.Size)
+	fmt.Fprintf(a.stdout, "  omnibus  publish %10.0f msgs/s (%.1f MiB/s)  consume %10.0f msgs/s  latency p50 %.2f ms  p99 %.2f ms\n",
+		r.PublishMsgsPerS, r.PublishMiBPerS, r.ConsumeMsgsPerS, r.P50Ms, r.P99Ms)
+	if r.RawPublishMsgsPerS == nil {
+		fmt.Fprintf(a.stdout, "  raw      no baseline: %s\n", r.NoBaseline)
+		return
+	}
+	fmt.Fprintf(a.stdout, "  raw      publish %10.0f msgs/s               consume %10.0f msgs/s  (%s)\n",
+		*r.RawPublishMsgsPerS, *r.RawConsumeMsgsPerS, r.Baseline)
+	ratio := func(p *float64) string {
+		if p == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.0f%%", 100**p)
+	}
+	fmt.Fprintf(a.stdout, "  omnibus / raw: publish %s, consume %s\n", ratio(r.PublishRatio), ratio(r.ConsumeRatio))
+}
+
+// benchOmnibus runs the work through omnibus: a consumer group reads while
+// a producer publishes.
+func benchOmnibus(ctx context.Context, c *omnibus.Client, topic string, o benchOptions, res *benchResult) error {
+	if err := c.CreateTopic(ctx, topic, o.lanes); err != nil {
+		return err
+	}
+	var (
+		mu        sync.Mutex
+		latencies = make([]time.Duration, 0, o.count)
+		received  atomic.Int64
+		lastRecv  atomic.Int64 // Unix nanoseconds
+		done      = make(chan struct{})
+	)
+	handler := func(_ context.Context, m *omnibus.Message) error {
+		now := time.Now()
+		if sent, err := strconv.ParseInt(m.Headers[headerSent], 10, 64); err == nil {
+			mu.Lock()
+			latencies = append(latencies, now.Sub(time.Unix(0, sent)))
+			mu.Unlock()
+		}
+		lastRecv.Store(now.UnixNano())
+		if received.Add(1) == int64(o.count) {
+			close(done)
+		}
+		return nil
+	}
+	start := omnibus.StartLatest
+	if c.Capabilities().Replay {
+		start = omnibus.StartEarliest // a fresh topic: nothing missed while the group forms
+	}
+	k, err := c.Subscribe(ctx, topic, handler, omnibus.StartFrom(start), omnibus.Group("omnibus-bench-"+shortID()))
+	if err != nil {
+		return err
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- k.Run(context.WithoutCancel(ctx)) }() // ended by Shutdown below
+	stopConsumer := func() error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		serr := k.Shutdown(sctx)
+		if rerr := <-runErr; rerr != nil {
+			return rerr
+		}
+		if serr != nil && !errors.Is(serr, omnibus.ErrClosed) {
+			return serr
+		}
+		return nil
+	}
+
+	body := generatedBody(0, o.size)
+	t0 := time.Now()
+	for i := 0; i < o.count; i += o.batch {
+		n := min(o.batch, o.count-i)
+		batch := make([]*omnibus.Message, n)
+		sent := strconv.FormatInt(time.Now().UnixNano(), 10)
+		for j := range batch {
+			batch[j] = &omnibus.Message{Key: "k" + strconv.Itoa((i+j)%64), Headers: map[string]string{headerSent: sent}, Body: body}
+		}
+		if err := c.Publish(ctx, topic, batch...); err != nil {
+			serr := stopConsumer()
+			if ctx.Err() != nil {
+				return errInterrupted
+			}
+			return errors.Join(fmt.Errorf("bench: %w", err), serr)
+		}
+	}
+	pubDur := time.Since(t0)
+
+	timer := time.NewTimer(o.timeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		_ = stopConsumer()
+		return errInterrupted
+	case <-timer.C:
+		_ = stopConsumer()
+		return fmt.Errorf("bench: consumed %d of %d messages in %v", received.Load(), o.count, o.timeout)
+	case err := <-runErr:
+		runErr <- err // for stopConsumer
+		_ = stopConsumer()
+		return err
+	}
+	conDur := time.Unix(0, lastRecv.Load()).Sub(t0)
+	if err := stopConsumer(); err != nil {
+		return err
+	}
+	res.PublishMsgsPerS = rate(o.count, pubDur)
+	res.PublishMiBPerS = rate(o.count*o.size, pubDur) / (1 << 20)
+	res.ConsumeMsgsPerS = rate(o.count, conDur)
+	mu.Lock()
+	slices.Sort(latencies)
+	res.P50Ms, res.P99Ms = ms(percentile(latencies, 0.50)), ms(percentile(latencies, 0.99))
+	mu.Unlock()
+	return nil
+}
+
+// percentile returns the q-quantile of sorted (nearest rank).
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// shortID is a short random name part, for fresh topics and groups.
+func shortID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

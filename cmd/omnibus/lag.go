@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/driver"
+	"github.com/spf13/cobra"
+)
+
+// groupLagReader is implemented by a transport connection that reads a
+// consumer group's lag from outside the group, without joining it (which
+// would take lanes away from its members). lag needs it.
+type groupLagReader interface {
+	GroupLag(ctx context.Context, topic, group string) ([]driver.LaneLag, error)
+}
+
+// groupMembersReader is optionally implemented by a transport connection
+// that reports how many members a group has; it tells STOP from STALL.
+type groupMembersReader interface {
+	GroupMembers(ctx context.Context, topic, group string) (int, error)
+}
+
+type lagOptions struct {
+	url      string
+	topic    string
+	group    string
+	json     bool
+	watch    bool
+	interval time.Duration
+	samples  int
+	window   int
+}
+
+func (a *app) lagCmd() *cobra.Command {
+	var o lagOptions
+	cmd := &cobra.Command{
+		Use:   "lag --topic T --group G [--json] [--watch]",
+		Short: "Show a consumer group's lag per lane, with a status per lane",
+		Long: `lag reads a consumer group's lag per lane and in total, without joining the
+group, and judges each lane from a sliding window of samples:
+
+  OK       caught up within the window, or the lag is falling
+  WARN     the lag grows while offsets move: consumers alive but falling behind
+  STALL    lag and no progress while the group has members (a stuck message)
+  STOP     lag and the group stopped committing (no members left)
+  UNKNOWN  the lag could not be read (never shown as zero)
+
+Without --watch it takes --samples samples --interval apart and prints
+once; with --watch it prints after every sample until Ctrl-C. The
+transport must be able to read a group's lag from outside the group.`,
+		Example: `  omnibus lag --topic orders --group billing
+  omnibus lag --topic orders --group billing --json
+  omnibus lag --url kafka://localhost:9092 --topic orders --group billing --watch --interval 5s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.lag(cmd.Context(), o) },
+	}
+	f := cmd.Flags()
+	addURLFlag(cmd, &o.url)
+	f.StringVarP(&o.topic, "topic", "t", "", "topic (required)")
+	f.StringVarP(&o.group, "group", "g", "", "consumer group (required)")
+	f.BoolVar(&o.json, "json", false, "print one JSON object per report")
+	f.BoolVar(&o.watch, "watch", false, "keep sampling and printing until Ctrl-C")
+	f.DurationVar(&o.interval, "interval", time.Second, "time between samples")
+	f.IntVar(&o.samples, "samples", 3, "samples to take before printing, without --watch")
+	f.IntVar(&o.window, "window", 5, "samples in the sliding window that judges the status")
+	return cmd
+}
+
+// lagSample is one reading of the group's lag.
+type lagSample struct {
+	At      time.Time
+	Lanes   []driver.LaneLag
+	Members int // -1 when unknown
+	Err     error
+}
+
+// lagReport is the --json shape of a report.
+type lagReport struct {
+	Topic   string       `json:"topic"`
+	Group   string       `json:"group"`
+	Time    time.Time    `json:"time"`
+	Lanes   []laneReport `json:"lanes"`
+	Total   int64        `json:"total"`
+	Unknown int          `json:"unknown_lanes,omitempty"`
+	Status  laneStatus   `json:"status"`
+	Error   string       `json:"error,omitempty"`
+}
+
+type laneReport struct {
+	Lane   string     `json:"lane"`
+	Lag    int64      `json:"lag"`
+	Known  bool       `json:"known"`
+	Status laneStatus `json:"status"`
+}
+
+func (a *app) lag(ctx context.Context, o lagOptions) error {
+	switch {
+	case o.topic == "":
+		return usagef("lag: --topic is required")
+	case o.group == "":
+		return usagef("lag: --group is required")
+	case o.interval <= 0:
+		return usagef("lag: --interval %v: want a positive duration", o.interval)
+	case o.samples < 1 || o.window < 1:
+		return usagef("lag: --samples and --window must be at least 1")
+	}
+	c, err := a.open(ctx, o.url)
+	if err != nil {
+		return err
+	}
+	defer a.closeClient(c)
+	glr, ok := c.Driver().(groupLagReader)
+	if !ok {
+		return fmt.Errorf("lag: the %s transport cannot read a consumer group's lag from outside the group: %w",
+			scheme(a.rawURL), omnibus.ErrUnsupported)
+	}
+	gmr, _ := c.Driver().(groupMembersReader)
+	read := func() lagSample {
+		s := lagSample{At: time.Now(), Members: -1}
+		s.Lanes, s.Err = glr.GroupLag(ctx, o.topic, o.group)
+		if s.Err == nil && gmr != nil {
+			if n, err := gmr.GroupMembers(ctx, o.topic, o.group); err == nil {
+				s.Members = n
+			}
+		}
+		return s
+	}
+	return runLag(ctx, a.stdout, o, read)
+}
+
+// runLag samples with read and prints reports: once after o.samples
+// samples, or after every sample with o.watch.
+func runLag(ctx context.Context, w io.Writer, o lagOptions, read func() lagSample) error {
+	term := isTerminal(w)
+	var window []lagSample
+	ticker := time.NewTicker(o.interval)
+	defer ticker.Stop()
+	for n := 1; ; n++ {
+		s := read()
+		if ctx.Err() != nil {
+			if o.watch {
+				return nil
+			}
+			return ctx.Err()
+		}
+		if s.Err != nil && !o.watch {
+			return fmt.Errorf("lag: %w", s.Err)
+		}
+		if s.Err != nil && (errors.Is(s.Err, omnibus.ErrNotFound) || errors.Is(s.Err, omnibus.ErrUnsupported)) {
+			return fmt.Errorf("lag: %w", s.Err)
+		}
+		window = append(window, s)
+		if len(window) > o.window {
+			window = window[1:]
+		}
+		if o.watch || n >= o.samples {
+			r := report(o.topic, o.group, window)
+			if o.watch && term && !o.json {
+				fmt.Fprint(w, "\033[H\033[2J")
+			}
+			if err := printLag(w, r, o.json); err != nil {
+				return err
+			}
+			if !o.watch {
+				return nil
+			}
+			if !term && !o.json {
+				fmt.Fprintln(w)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if o.watch {
+				return nil
+			}
+			return ctx.Err()
+		case <-ticker.C:
+		}
+	}
+}
+
+// report judges every lane seen in window; the newest sample gives the lag.
+func report(topic, group string, window []lagSample) lagReport {
+	last := window[len(window)-1]
+	r := lagReport{Topic: topic, Group: group, Time: last.At, Status: statusOK}
+	if last.Err != nil {
+		r.Error = last.Err.Error()
+	}
+	// The lanes: those of the newest successful sample, else any seen.
+	var lanes []string
+	seen := map[string]bool{}
+	for i := len(window) - 1; i >= 0 && lanes == nil; i-- {
+		for _, l := range window[i].Lanes {
+			if !seen[l.Lane] {
+				seen[l.Lane] = true
+				lanes = append(lanes, l.Lane)
+			}
+		}
+	}
+	var statuses []laneStatus
+	for _, lane := range lanes {
+		points := make([]lagPoint, len(window))
+		for i, s := range window {
+			points[i] = lagPoint{Committed: -1, Members: s.Members}
+			for _, l := range s.Lanes {
+				if l.Lane == lane {
+					points[i].Lag, points[i].Known = l.Lag, l.Known
+				}
+			}
+		}
+		p := points[len(points)-1]
+		lr := laneReport{Lane: lane, Lag: p.Lag, Known: p.Known, Status: classify(points)}
+		if p.Known {
+			r.Total += p.Lag
+		} else {
+			r.Unknown++
+			lr.Lag = 0
+		}
+		statuses = append(statuses, lr.Status)
+		r.Lanes = append(r.Lanes, lr)
+	}
+	r.Status = worst(statuses...)
+	if last.Err != nil {
+		r.Status = statusUnknown
+	}
+	if r.Lanes == nil {
+		r.Lanes = []laneReport{}
+	}
+	return r
+}
+
+func printLag(w io.Writer, r lagReport, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	fmt.Fprintf(w, "topic %s  group %s  %s\n", r.Topic, r.Group, r.Time.Format(time.TimeOnly))
+	if r.Error != "" {
+		fmt.Fprintf(w, "lag read failed: %s\n", oneLine(r.Error))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "LANE\tLAG\tSTATUS\t")
+	for _, l := range r.Lanes {
+		lag := fmt.Sprint(l.Lag)
+		if !l.Known {
+			lag = "?"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", l.Lane, lag, l.Status)
+	}
+	total := fmt.Sprint(r.Total)
+	if r.Unknown > 0 {
+		total += "+?"
+	}
+	fmt.Fprintf(tw, "total\t%s\t%s\t\n", total, r.Status)
+	return tw.Flush()
+}

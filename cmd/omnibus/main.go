@@ -1,0 +1,42 @@
+// Command omnibus sends, tails, measures and demonstrates messaging through
+// omnibus on any transport named by URL.
+//
+// Usage:
+//
+//	omnibus demo                                  # the whole idea in 15 seconds
+//	omnibus send --topic orders < orders.txt      # one message per line
+//	omnibus tail --topic orders --json            # print messages as they arrive
+//	omnibus lag --topic orders --group billing    # lag and status per lane
+//	omnibus bench --count 20000 --size 1024       # throughput and latency
+//	omnibus version
+//
+// Every command takes --url; OMNIBUS_URL is its default, and with neither
+// the command uses the embedded default transport, so nothing needs to be
+// installed. Transports are linked in by transports.go.
+//
+// # Exit codes
+//
+//	0    success
+//	1    the command failed (one line on standard error says why)
+//	2    bad usage: an unknown command or flag, a missing or invalid value
+//	130  interrupted (Ctrl-C) during bench or demo
+//
+// Error messages never show a URL's password.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal, restore the default behaviour so a second
+	// Ctrl-C kills a process that is slow to drain.
+	context.AfterFunc(ctx, stop)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

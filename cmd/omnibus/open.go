@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/spf13/cobra"
+)
+
+// openTimeout bounds connecting to a transport, so an unreachable server is
+// an error within seconds.
+const openTimeout = 15 * time.Second
+
+// addURLFlag adds --url to cmd.
+func addURLFlag(cmd *cobra.Command, dst *string) {
+	cmd.Flags().StringVar(dst, "url", "", "transport URL (default $OMNIBUS_URL, else the embedded default)")
+}
+
+// resolveURL picks the URL: the flag, then OMNIBUS_URL, then the embedded
+// default.
+func (a *app) resolveURL(flag string) string {
+	raw := flag
+	if raw == "" {
+		raw = a.getenv("OMNIBUS_URL")
+	}
+	if raw == "" {
+		raw = defaultURL()
+	}
+	a.rawURL = raw
+	return raw
+}
+
+// open connects to the transport named by the flag, OMNIBUS_URL or the
+// default.
+func (a *app) open(ctx context.Context, flag string) (*omnibus.Client, error) {
+	raw := a.resolveURL(flag)
+	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	c, err := omnibus.Open(octx, raw)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// redacted returns raw with any password hidden.
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(malformed URL)"
+	}
+	if _, ok := u.User.Password(); ok {
+		return u.Redacted()
+	}
+	return raw
+}
+
+// scheme returns the scheme of raw, or raw itself when it has none.
+func scheme(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return raw
+	}
+	return u.Scheme
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// closeClient closes c, reporting a failure on stderr only: the command's
+// own result matters more.
+func (a *app) closeClient(c *omnibus.Client) {
+	if err := c.Close(); err != nil {
+		fmt.Fprintln(a.stderr, "omnibus: close:", oneLine(scrub(err.Error(), a.rawURL)))
+	}
+}

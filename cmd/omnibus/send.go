@@ -1,0 +1,272 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/spf13/cobra"
+)
+
+type sendOptions struct {
+	url     string
+	topic   string
+	key     string
+	typ     string
+	headers []string
+	count   int
+	size    int
+	keys    int
+	batch   int
+}
+
+func (a *app) sendCmd() *cobra.Command {
+	var o sendOptions
+	cmd := &cobra.Command{
+		Use:   "send --topic T [--key K] [--header k=v ...]",
+		Short: "Publish one message per line of standard input, or generated messages",
+		Long: `send publishes one message per line of standard input (without the line
+ending), or, with --count, that many generated messages of --size bytes,
+keyed over --keys distinct keys. It ends with a summary line: messages sent,
+failed, and the rate. On a terminal, large counts show a progress bar.`,
+		Example: `  echo '{"id":1}' | omnibus send --topic orders --key customer-7 --header kind=test
+  omnibus send --topic orders < orders.jsonl
+  omnibus send --url nats://localhost:4222 --topic load --count 100000 --size 512 --keys 64`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.send(cmd.Context(), cmd, o) },
+	}
+	f := cmd.Flags()
+	addURLFlag(cmd, &o.url)
+	f.StringVarP(&o.topic, "topic", "t", "", "topic to publish to (required)")
+	f.StringVar(&o.key, "key", "", "key of every message")
+	f.StringVar(&o.typ, "type", "", "type of every message (CloudEvents type)")
+	f.StringArrayVar(&o.headers, "header", nil, "header k=v (repeatable)")
+	f.IntVar(&o.count, "count", 0, "generate this many messages instead of reading standard input")
+	f.IntVar(&o.size, "size", 100, "body size in bytes of generated messages")
+	f.IntVar(&o.keys, "keys", 0, "spread generated messages over this many keys (0: no key)")
+	f.IntVar(&o.batch, "batch", 100, "messages per publish call")
+	return cmd
+}
+
+func (o *sendOptions) validate(cmd *cobra.Command) (map[string]string, error) {
+	if o.topic == "" {
+		return nil, usagef("send: --topic is required")
+	}
+	if o.batch < 1 {
+		return nil, usagef("send: --batch %d: want at least 1", o.batch)
+	}
+	if o.count < 0 || o.size < 0 || o.keys < 0 {
+		return nil, usagef("send: --count, --size and --keys must not be negative")
+	}
+	if o.count == 0 && (cmd.Flags().Changed("size") || cmd.Flags().Changed("keys")) {
+		return nil, usagef("send: --size and --keys generate messages and need --count")
+	}
+	if o.keys > 0 && o.key != "" {
+		return nil, usagef("send: use --key or --keys, not both")
+	}
+	var h map[string]string
+	for _, kv := range o.headers {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usagef("send: --header %q: want key=value", kv)
+		}
+		if h == nil {
+			h = map[string]string{}
+		}
+		h[k] = v
+	}
+	return h, nil
+}
+
+// sendStats counts what send did.
+type sendStats struct {
+	sent, failed int
+	firstErr     error
+	start        time.Time
+}
+
+func (a *app) send(ctx context.Context, cmd *cobra.Command, o sendOptions) error {
+	headers, err := o.validate(cmd)
+	if err != nil {
+		return err
+	}
+	c, err := a.open(ctx, o.url)
+	if err != nil {
+		return err
+	}
+	defer a.closeClient(c)
+
+	st := &sendStats{start: time.Now()}
+	bar := newProgress(a.stderr, o.count)
+	publish := func(batch []*omnibus.Message) error {
+		err := c.Publish(ctx, o.topic, batch...)
+		var pe *omnibus.PublishError
+		switch {
+		case err == nil:
+			st.sent += len(batch)
+		case errors.As(err, &pe):
+			st.failed += len(pe.Failed)
+			st.sent += len(batch) - len(pe.Failed)
+			if st.firstErr == nil {
+				st.firstErr = err
+			}
+		default:
+			st.failed += len(batch)
+			if st.firstErr == nil {
+				st.firstErr = err
+			}
+			return err // the transport is gone, or ctx ended
+		}
+		bar.update(st.sent + st.failed)
+		return nil
+	}
+	newMsg := func(key string, body []byte) *omnibus.Message {
+		m := &omnibus.Message{Key: key, Type: o.typ, Body: body}
+		if headers != nil {
+			m.Headers = make(map[string]string, len(headers))
+			for k, v := range headers {
+				m.Headers[k] = v
+			}
+		}
+		return m
+	}
+
+	var loopErr error
+	if o.count > 0 {
+		loopErr = sendGenerated(ctx, o, newMsg, publish)
+	} else {
+		loopErr = sendLines(ctx, a.stdin, o, newMsg, publish)
+	}
+	bar.done()
+	elapsed := time.Since(st.start)
+	fmt.Fprintf(a.stdout, "sent %d, failed %d, %.0f msgs/s (%s to %q)\n",
+		st.sent, st.failed, rate(st.sent, elapsed), elapsed.Round(time.Millisecond), o.topic)
+	switch {
+	case ctx.Err() != nil:
+		return errInterrupted
+	case loopErr != nil && st.firstErr != loopErr:
+		return loopErr // reading standard input failed
+	case st.firstErr != nil:
+		return fmt.Errorf("send: %d message(s) failed: %w", st.failed, st.firstErr)
+	}
+	return nil
+}
+
+func sendGenerated(ctx context.Context, o sendOptions, newMsg func(string, []byte) *omnibus.Message, publish func([]*omnibus.Message) error) error {
+	batch := make([]*omnibus.Message, 0, o.batch)
+	for i := range o.count {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		key := o.key
+		if o.keys > 0 {
+			key = "key-" + strconv.Itoa(i%o.keys)
+		}
+		batch = append(batch, newMsg(key, generatedBody(i, o.size)))
+		if len(batch) == o.batch || i == o.count-1 {
+			if err := publish(batch); err != nil {
+				return err
+			}
+			batch = make([]*omnibus.Message, 0, o.batch)
+		}
+	}
+	return nil
+}
+
+// generatedBody is size bytes: the message's number, then dots.
+func generatedBody(i, size int) []byte {
+	b := make([]byte, size)
+	n := copy(b, strconv.Itoa(i)+" ")
+	for j := n; j < size; j++ {
+		b[j] = '.'
+	}
+	return b
+}
+
+// sendLines publishes a message per line of r. A batch is published when
+// it is full or when no more input is waiting, so interactive input goes
+// out line by line.
+func sendLines(ctx context.Context, r io.Reader, o sendOptions, newMsg func(string, []byte) *omnibus.Message, publish func([]*omnibus.Message) error) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	var batch []*omnibus.Message
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			line = trimEOL(line)
+			batch = append(batch, newMsg(o.key, line))
+		}
+		if len(batch) > 0 && (len(batch) >= o.batch || br.Buffered() == 0 || err != nil) {
+			if perr := publish(batch); perr != nil {
+				return perr
+			}
+			batch = nil
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("send: read standard input: %w", err)
+		}
+	}
+}
+
+func trimEOL(b []byte) []byte {
+	if n := len(b); n > 0 && b[n-1] == '\n' {
+		b = b[:n-1]
+		if n := len(b); n > 0 && b[n-1] == '\r' {
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// progress draws a bar on a terminal for large counts; elsewhere it does
+// nothing.
+type progress struct {
+	w     io.Writer
+	total int
+	last  time.Time
+	drawn bool
+}
+
+const progressMin = 10000 // counts below this finish too fast for a bar
+
+func newProgress(w io.Writer, total int) *progress {
+	if total < progressMin || !isTerminal(w) {
+		return &progress{}
+	}
+	return &progress{w: w, total: total}
+}
+
+func (p *progress) update(n int) {
+	if p.w == nil || time.Since(p.last) < 100*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
+	p.drawn = true
+	const width = 40
+	fill := width * n / p.total
+	fmt.Fprintf(p.w, "\r[%s%s] %3d%% %d/%d", strings.Repeat("#", fill), strings.Repeat(".", width-fill), 100*n/p.total, n, p.total)
+}
+
+func (p *progress) done() {
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/spf13/cobra"
+)
+
+type tailOptions struct {
+	url   string
+	topic string
+	group string
+	from  string
+	max   int
+	json  bool
+}
+
+func (a *app) tailCmd() *cobra.Command {
+	var o tailOptions
+	cmd := &cobra.Command{
+		Use:   "tail --topic T [--group G] [--from earliest|latest] [--max N] [--json]",
+		Short: "Print messages as they arrive",
+		Long: `tail prints the messages of a topic as they arrive and acknowledges each
+after it is written. Without --group it reads as a throwaway consumer
+group, so it takes nothing away from the topic's real consumers; with
+--group it is one more member of that group.
+
+It stops after --max messages or on Ctrl-C, cleanly: messages it has not
+written are left unsettled, for the transport to deliver again.
+
+--json prints one object per line with the fields id, key, type, source,
+time, headers, body, topic, lane and position; a body that is not valid
+UTF-8 is base64 and has "body_base64": true.`,
+		Example: `  omnibus tail --topic orders
+  omnibus tail --topic orders.dlq --from earliest --json | jq .headers
+  omnibus tail --url kafka://localhost:9092 --topic orders --group audit --max 100`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.tail(cmd.Context(), o) },
+	}
+	f := cmd.Flags()
+	addURLFlag(cmd, &o.url)
+	f.StringVarP(&o.topic, "topic", "t", "", "topic to read (required)")
+	f.StringVarP(&o.group, "group", "g", "", "consumer group (default: a throwaway group)")
+	f.StringVar(&o.from, "from", "latest", "where a new group starts: earliest or latest")
+	f.IntVar(&o.max, "max", 0, "stop after this many messages (0: no limit)")
+	f.BoolVar(&o.json, "json", false, "print one JSON object per message")
+	return cmd
+}
+
+// tailMessage is the --json shape of a message.
+type tailMessage struct {
+	ID         string            `json:"id"`
+	Key        string            `json:"key"`
+	Type       string            `json:"type"`
+	Source     string            `json:"source"`
+	Time       time.Time         `json:"time"`
+	Headers    map[string]string `json:"headers"`
+	Body       string            `json:"body"`
+	BodyBase64 bool              `json:"body_base64,omitempty"`
+	Topic      string            `json:"topic"`
+	Lane       string            `json:"lane"`
+	Position   string            `json:"position"`
+}
+
+func newTailMessage(m *omnibus.Message) tailMessage {
+	t := tailMessage{ID: m.ID, Key: m.Key, Type: m.Type, Source: m.Source, Time: m.Time,
+		Headers: m.Headers, Topic: m.Topic, Lane: m.Lane, Position: m.Position}
+	if t.Headers == nil {
+		t.Headers = map[string]string{}
+	}
+	t.Body, t.BodyBase64 = bodyText(m.Body)
+	return t
+}
+
+// bodyText returns the body as text, or as base64 when it is not UTF-8.
+func bodyText(b []byte) (string, bool) {
+	if utf8.Valid(b) {
+		return string(b), false
+	}
+	return base64.StdEncoding.EncodeToString(b), true
+}
+
+// formatText is the human shape of a message: one line.
+func formatText(m *omnibus.Message) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s@%s", m.Lane, m.Position)
+	if m.Key != "" {
+		fmt.Fprintf(&sb, " key=%s", m.Key)
+	}
+	if m.Type != "" {
+		fmt.Fprintf(&sb, " type=%s", m.Type)
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+		fmt.Fprintf(&sb, " %s=%s", k, m.Headers[k])
+	}
+	body, b64 := bodyText(m.Body)
+	if b64 {
+		body = "base64:" + body
+	}
+	sb.WriteString(" | ")
+	sb.WriteString(body)
+	sb.WriteByte('\n')
+	return sb.String()
+}
+
+var errTailStopped = errors.New("tail stopped before writing the message")
+
+func (a *app) tail(ctx context.Context, o tailOptions) error {
+	if o.topic == "" {
+		return usagef("tail: --topic is required")
+	}
+	if o.max < 0 {
+		return usagef("tail: --max %d: want 0 or more", o.max)
+	}
+	var start omnibus.StartAt
+	switch o.from {
+	case "latest":
+		start = omnibus.StartLatest
+	case "earliest":
+		start = omnibus.StartEarliest
+	default:
+		return usagef("tail: --from %q: want earliest or latest", o.from)
+	}
+	c, err := a.open(ctx, o.url)
+	if err != nil {
+		return err
+	}
+	defer a.closeClient(c)
+
+	// stop is closed once when tail must end: --max reached or a write
+	// failed. Handlers past that point leave their message unsettled.
+	var (
+		mu       sync.Mutex
+		written  int
+		writeErr error
+		stop     = make(chan struct{})
+		stopOnce sync.Once
+	)
+	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	handler := func(hctx context.Context, m *omnibus.Message) error {
+		mu.Lock()
+		if (o.max > 0 && written >= o.max) || writeErr != nil {
+			mu.Unlock()
+			select { // not ours to write: hold it until tail stops, then release it
+			case <-stop:
+			case <-hctx.Done():
+			}
+			return errTailStopped
+		}
+		var out []byte
+		if o.json {
+			out, _ = json.Marshal(newTailMessage(m))
+			out = append(out, '\n')
+		} else {
+			out = []byte(formatText(m))
+		}
+		if _, err := a.stdout.Write(out); err != nil {
+			writeErr = fmt.Errorf("tail: write: %w", err)
+			mu.Unlock()
+			halt()
+			return errTailStopped
+		}
+		written++
+		if o.max > 0 && written == o.max {
+			halt()
+		}
+		mu.Unlock()
+		return nil
+	}
+
+	ordering := omnibus.OrderNone
+	if c.Capabilities().Ordered {
+		ordering = omnibus.OrderLane // print each lane in order
+	}
+	opts := []omnibus.SubscribeOption{omnibus.StartFrom(start), omnibus.Order(ordering),
+		omnibus.MaxInFlight(64), omnibus.DrainTimeout(5 * time.Second),
+		// tail only reads: it must never dead-letter what it did not write.
+		omnibus.MaxAttempts(math.MaxInt32)}
+	if o.group != "" {
+		opts = append(opts, omnibus.Group(o.group))
+	}
+	k, err := c.Subscribe(ctx, o.topic, handler, opts...)
+	if err != nil {
+		return err
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- k.Run(context.WithoutCancel(ctx)) }() // ended by Shutdown below
+	select {
+	case <-ctx.Done():
+	case <-stop:
+	case err := <-runErr:
+		return err
+	}
+	halt()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	serr := k.Shutdown(sctx)
+	if rerr := <-runErr; rerr != nil {
+		return rerr
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if writeErr != nil {
+		return writeErr
+	}
+	var ue *omnibus.UnsettledError
+	if serr != nil && !errors.As(serr, &ue) {
+		return serr
+	}
+	return nil
+}

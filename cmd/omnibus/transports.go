@@ -1,0 +1,18 @@
+package main
+
+// The transports the command links in. A transport registers its URL
+// scheme from its init function; a blank import is all it takes.
+import (
+	"github.com/omnibus-go/omnibus"
+	_ "github.com/omnibus-go/omnibus/membus"
+)
+
+// embeddedURL is the transport used when neither --url nor OMNIBUS_URL is
+// given: the zero-setup default. It is the only place that names it.
+var embeddedURL = "mem://"
+
+// defaultURL returns the URL of the embedded default transport.
+func defaultURL() string { return embeddedURL }
+
+// schemes lists the registered URL schemes.
+func schemes() []string { return omnibus.Schemes() }
