@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/omnibus-go/omnibus/driver"
@@ -41,6 +42,9 @@ type Consumer struct {
 	batch   BatchHandler
 	nack    bool // use the transport's native redelivery for retries
 	logger  *slog.Logger
+
+	settledMu sync.Mutex
+	settled   map[string]*atomic.Int64 // per lane id, across members and claims
 
 	mu       sync.Mutex
 	members  []*member
@@ -101,6 +105,7 @@ func (c *Client) subscribe(ctx context.Context, topic string, h Handler, bh Batc
 		handler: h,
 		batch:   bh,
 		logger:  c.logger.With("topic", topic, "group", cfg.group),
+		settled: map[string]*atomic.Int64{},
 		done:    make(chan struct{}),
 	}
 	if err := c.addConsumer(k); err != nil {
@@ -381,6 +386,21 @@ type LaneStats struct {
 	Lane     string
 	Member   int
 	InFlight int
+	// Settled counts the lane's messages this consumer has settled and
+	// committed past (on logs: passed by the watermark), across members.
+	// A lane with lag whose Settled does not move is stalled.
+	Settled int64
+}
+
+func (k *Consumer) laneCounter(id string) *atomic.Int64 {
+	k.settledMu.Lock()
+	defer k.settledMu.Unlock()
+	c := k.settled[id]
+	if c == nil {
+		c = new(atomic.Int64)
+		k.settled[id] = c
+	}
+	return c
 }
 
 // Stats returns a snapshot of the engine's counters.
@@ -393,7 +413,7 @@ func (k *Consumer) Stats() Stats {
 		m.mu.Lock()
 		s.InFlight += m.inflight
 		for _, l := range m.lanes {
-			s.Lanes = append(s.Lanes, LaneStats{Lane: l.id, Member: m.id, InFlight: l.inflight})
+			s.Lanes = append(s.Lanes, LaneStats{Lane: l.id, Member: m.id, InFlight: l.inflight, Settled: l.settled.Load()})
 		}
 		m.mu.Unlock()
 		s.Processed += m.processed.Load()

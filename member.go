@@ -79,6 +79,7 @@ type member struct {
 
 type lane struct {
 	id        string
+	settled   *atomic.Int64 // the consumer's count for this lane id
 	ctx       context.Context
 	cancel    context.CancelFunc
 	slots     map[string]*slot // by key ("" for the whole lane)
@@ -252,7 +253,7 @@ func (m *member) laneLocked(id string) *lane {
 	l := m.lanes[id]
 	if l == nil {
 		ctx, cancel := context.WithCancel(m.ctx)
-		l = &lane{id: id, ctx: ctx, cancel: cancel, slots: map[string]*slot{}, loose: map[*slot]struct{}{}}
+		l = &lane{id: id, ctx: ctx, cancel: cancel, slots: map[string]*slot{}, loose: map[*slot]struct{}{}, settled: m.k.laneCounter(id)}
 		m.lanes[id] = l
 	}
 	return l
@@ -597,6 +598,7 @@ func (m *member) ackLocked(e *entry) {
 	}
 	m.processed.Add(1)
 	if m.committer == nil {
+		l.settled.Add(1)
 		m.acks = append(m.acks, e.d)
 		signal(m.settleCh)
 		return
@@ -604,6 +606,7 @@ func (m *member) ackLocked(e *entry) {
 	e.settled = true
 	advanced := false
 	for l.head != nil && l.head.settled {
+		l.settled.Add(1)
 		l.mark = l.head.d
 		l.head = l.head.next
 		l.committed--
