@@ -1,0 +1,67 @@
+package natsbus_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
+)
+
+// harness opens clients on rawURL.
+func harness(rawURL string, lanes int) transporttest.Harness {
+	return transporttest.Harness{
+		Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
+			c, err := omnibus.Open(ctx, rawURL)
+			if err != nil {
+				t.Fatalf("Open(%q): %v", rawURL, err)
+			}
+			return c
+		},
+		Lanes: lanes,
+	}
+}
+
+// cleanupSuiteStreams deletes the streams the suite created under t on
+// the external server: their names start with omnibus- and t's name.
+func cleanupSuiteStreams(t *testing.T, serverURL string) {
+	prefix := "omnibus-" + strings.ToLower(topicRE.ReplaceAllString(t.Name(), "-"))
+	t.Cleanup(func() {
+		nc, err := nats.Connect(serverURL, nats.Timeout(2*time.Second))
+		if err != nil {
+			t.Logf("cleanup: %v", err)
+			return
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var del []string
+		for n := range js.StreamNames(ctx).Name() {
+			if strings.HasPrefix(strings.ToLower(n), strings.ToLower(prefix)) {
+				del = append(del, n)
+			}
+		}
+		for _, n := range del {
+			_ = js.DeleteStream(ctx, n)
+		}
+	})
+}
+
+func TestConformanceExternal(t *testing.T) {
+	u := externalURL(t)
+	cleanupSuiteStreams(t, u)
+	transporttest.Run(t, harness(u+"?ack_wait=5s", 1))
+}
+
+func TestConformanceEmbedded(t *testing.T) {
+	// The server starts with a test's first client and stops with its
+	// last; the data directory keeps the streams in between.
+	dir := t.TempDir()
+	transporttest.Run(t, harness("nats://embedded?ack_wait=5s&dir="+dir, 1))
+}
