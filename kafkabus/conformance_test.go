@@ -2,6 +2,9 @@ package kafkabus_test
 
 import (
 	"context"
+	"net"
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -12,9 +15,11 @@ import (
 
 func TestConformance(t *testing.T) {
 	// The broker and the client both allow 2 MiB, so the suite's 1 MiB
-	// body runs; Kafka's default (1048588) would skip it.
-	c := newCluster(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2097152"}))
-	url := clusterURL(c, "max_message_bytes=2097152&fetch_max_partition_bytes=2097152")
+	// body runs; Kafka's default (1048588) would skip it. The cluster
+	// keeps its data on disk, so Restart brings back topics and offsets on
+	// the same ports.
+	rc := newRestartableCluster(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2097152"}))
+	url := clusterURL(rc.current(), "max_message_bytes=2097152&fetch_max_partition_bytes=2097152")
 	transporttest.Run(t, transporttest.Harness{
 		Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
 			cl, err := omnibus.Open(ctx, url)
@@ -23,6 +28,60 @@ func TestConformance(t *testing.T) {
 			}
 			return cl
 		},
-		Lanes: 4,
+		Lanes:   4,
+		Restart: func(ctx context.Context, t testing.TB) { rc.restart(t) },
 	})
+}
+
+// restartableCluster is a kfake cluster that can be stopped and started
+// again on the same ports with the same data.
+type restartableCluster struct {
+	opts []kfake.Opt
+	mu   sync.Mutex
+	c    *kfake.Cluster
+}
+
+func newRestartableCluster(t testing.TB, opts ...kfake.Opt) *restartableCluster {
+	t.Helper()
+	var ports []int
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		_ = ln.Close()
+	}
+	rc := &restartableCluster{opts: append([]kfake.Opt{kfake.NumBrokers(3), kfake.Ports(ports...), kfake.DataDir(t.TempDir())}, opts...)}
+	rc.start(t)
+	t.Cleanup(func() {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		rc.c.Close()
+	})
+	return rc
+}
+
+func (rc *restartableCluster) start(t testing.TB) {
+	t.Helper()
+	c, err := kfake.NewCluster(rc.opts...)
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	rc.mu.Lock()
+	rc.c = c
+	rc.mu.Unlock()
+}
+
+func (rc *restartableCluster) current() *kfake.Cluster {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.c
+}
+
+func (rc *restartableCluster) restart(t testing.TB) {
+	t.Helper()
+	rc.current().Close()
+	rc.start(t)
+	t.Logf("kfake restarted on %s", strconv.Quote(rc.current().ListenAddrs()[0]))
 }
