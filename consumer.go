@@ -469,3 +469,6 @@ func (c *consumerConfig) backoff(attempt int, rnd func() float64) time.Duration 
 	// Jitter: a uniform delay in [d/2, d].
 	return d/2 + time.Duration(rnd()*float64(d/2))
 }
+
+// Capabilities reports what the consumer's transport guarantees.
+func (k *Consumer) Capabilities() Capabilities { return k.client.caps }
