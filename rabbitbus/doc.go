@@ -1,0 +1,173 @@
+// Package rabbitbus is omnibus's RabbitMQ transport, schemes amqp:// and
+// amqps://, built on github.com/rabbitmq/amqp091-go and tested against
+// RabbitMQ 3.10.
+//
+// Import it for its side effect:
+//
+//	import _ "github.com/omnibus-go/omnibus/rabbitbus"
+//
+//	c, err := omnibus.Open(ctx, "amqp://guest:guest@localhost:5672/?partitions=8")
+//
+// # URL
+//
+//	amqp://user:password@host[:port][/vhost][?param=value&...]
+//	amqps://user:password@host[:port][/vhost][?param=value&...]
+//
+// The port defaults to 5672 (amqp) or 5671 (amqps); an empty path is the
+// virtual host "/", which is also written %2F. Unknown parameters are an
+// error. Errors never show the password.
+//
+//	parameter          default     meaning
+//	durability         all         none | leader | all, read by package omnibus (below)
+//	queue_type         classic     classic | quorum: the type of every queue omnibus declares
+//	partitions         (unset)     N: partitioned mode with N ordered lanes per group (1..1024)
+//	mandatory          false       true: a message no queue takes fails with ErrUnroutable
+//	max_message_bytes  134217728   largest body accepted; set it to the server's max_message_size
+//	heartbeat          10s         AMQP heartbeat interval
+//	connect_timeout    30s         bound on TCP connect and AMQP handshake
+//	rebalance          2s          partitioned mode: how often a member checks its share of lanes
+//	tls_ca             (system)    amqps: PEM file of the CAs to trust
+//	tls_cert, tls_key  (none)      amqps: PEM files of a client certificate and its key
+//	tls_server_name    (host)      amqps: name to verify the server's certificate against
+//	tls_insecure       false       amqps: skip verifying the server's certificate (tests only)
+//
+// # Topology
+//
+// omnibus declares everything it uses, and declares it again after a
+// reconnection:
+//
+//   - A topic is a durable topic exchange named after it.
+//   - A consumer group is a durable queue "<topic>:<group>" bound to the
+//     exchange with "#": every group gets every message; the members of a
+//     group are competing consumers of its queue.
+//   - Retries (see Nack below) go through durable queues
+//     "<topic>:<group>:retry:<ms>ms" with that message TTL, which
+//     dead-letter back into the group's queue.
+//   - A topic whose name ends in ".dlq" (where the engine dead-letters,
+//     by default "<topic>.dlq") also gets a durable queue of the same name
+//     bound with "#", so dead letters are kept even when nobody consumes
+//     them; read them with any AMQP client or subscribe a group to the
+//     ".dlq" topic.
+//   - Partitioned mode (partitions=N): each group gets a durable
+//     consistent-hash exchange "<topic>:<group>" bound to the topic's
+//     exchange, feeding N durable queues "<topic>:<group>:<n>" declared
+//     with x-single-active-consumer. The plugin must be enabled on the
+//     server: rabbitmq-plugins enable rabbitmq_consistent_hash_exchange.
+//     Open fails with ErrUnsupported when it is not.
+//
+// A new group starts with the messages published after it was created:
+// RabbitMQ keeps no history for a queue that did not exist (no replay).
+// Messages published to a topic with no group are dropped by the server,
+// or reported with mandatory=true. Nothing omnibus declares is deleted by
+// omnibus.
+//
+// # Messages on the wire
+//
+// A message is an AMQP message: body as is; routing key = Key (a keyless
+// message is routed by its ID and marked omnibus-keyless, so partitioned
+// topics spread keyless messages); properties message-id = ID, type =
+// Type, app-id = Source, timestamp = Time (seconds), delivery-mode 2
+// (persistent) unless durability is none; application properties =
+// Headers plus the CloudEvents binary-mode attributes cloudEvents:id,
+// cloudEvents:type, cloudEvents:source, cloudEvents:time (RFC 3339 with
+// nanoseconds, which is what Time is read back from) and
+// cloudEvents:specversion "1.0". Received x-* headers (x-death,
+// x-delivery-count) and non-scalar application properties are not copied
+// into Headers.
+//
+// # Delivery semantics
+//
+// Publishing: durability none sends transient messages without publisher
+// confirms (at most once). leader and all (the same on RabbitMQ) send
+// persistent messages on a channel in confirm mode and return when every
+// message of the batch is confirmed; confirms are pipelined, so
+// concurrent Publish calls and the messages of one batch share the
+// connection without a round trip each. A message the server nacks fails
+// with ErrNacked, an unroutable one (mandatory=true) with ErrUnroutable
+// and driver.ErrNotFound, one over max_message_bytes with
+// driver.ErrTooLarge, each in a *driver.BatchError entry of its own. If
+// the server closes the channel because a body is over its own
+// max_message_size, that message fails with ErrTooLarge and the others
+// are sent again.
+//
+// Consuming (default mode): at least once, manual acknowledgements, the
+// prefetch count is the engine's MaxInFlight. The group's queue is one
+// unordered lane, "0" (Capabilities.Ordered is false). The subscriber
+// implements driver.Nacker: a nack republishes the message (confirmed)
+// to the retry queue for its delay, rounded to the nearest power of √2
+// milliseconds (10ms to 24h), then acknowledges the original; the server
+// needs no delayed-message plugin. Delivery.Attempt counts across
+// retries through the omnibus-attempt header; a redelivery after a lost
+// channel adds the queue's count: x-delivery-count on quorum queues, and
+// on classic queues one more when the redelivered flag is set (classic
+// queues do not count further).
+//
+// Consuming (partitioned mode): a message's key picks one of the N
+// partition queues of each group (the consistent-hash exchange hashes
+// the routing key), so one key's messages stay in one queue, in order.
+// Lanes are the partition numbers "0".."N-1" (Ordered and LaneCap are
+// true). Every member consumes every partition queue, each on a channel
+// of its own; single-active-consumer makes one member active per queue
+// and the others wait in line. RabbitMQ 3.10 does not tell a consumer
+// that it became active, so a member announces a lane as claimed on its
+// first delivery from that queue: a member may be active on an idle
+// queue without having claimed it, and the engine's Stats show only
+// lanes with traffic. Every rebalance interval a member reads each
+// queue's consumer count (the number of members) and, when it is active
+// on more than ceil(N/members) lanes, hands the extra ones over: it
+// revokes them (the engine finishes and acknowledges what it holds),
+// closes their channels (the server requeues the rest in order and
+// activates the next member in line) and consumes them again at the end
+// of the line. The engine retries failures in place in this mode (there
+// is no Nack), so per-key order holds across retries. Order can break
+// when a channel or connection is lost while handlers are running: the
+// next active member gets the unacknowledged messages again while the
+// old handlers may still be finishing (their results are discarded).
+// The key-to-partition mapping belongs to each group's exchange and can
+// change if the exchange's bindings are recreated.
+//
+// Lag is per lane, in messages: the ready count of the lane's queue, read
+// with a passive queue.declare, plus the deliveries that this client's
+// members hold unacknowledged on it. Unacknowledged deliveries held by
+// other processes are not counted (RabbitMQ reports them only through the
+// management plugin's HTTP API, which omnibus does not use), nor are
+// messages waiting in retry queues. A queue that cannot be read gives
+// Known false. Every lane of the group is reported, not only the member's.
+//
+// # Reconnection
+//
+// A client uses two connections, one for publishing and one (opened by
+// the first Subscribe) for consuming. When either drops, it reconnects
+// with backoff (100ms doubling to 3s, jittered) until Close. Publish
+// blocks while the publishing channel is down, until its context ends or
+// the channel is back; messages sent and not yet confirmed when a channel
+// dies are sent again, in order, on the next one (at least once: a
+// message the server took before the drop may be stored twice).
+// Topology is declared again before re-publishing and before consuming.
+// When a consuming channel dies, its lane is reported lost (the engine
+// abandons the work in flight; acknowledgements of deliveries from the
+// dead channel are dropped, never sent on the new one, and the server
+// delivers those messages again), and consuming resumes on a new channel.
+//
+//	capability       rabbitbus                 rabbitbus?partitions=N
+//	ordered lanes    no (one unordered lane)   yes (N partition queues, single active consumer)
+//	lag              depth                     depth
+//	lane cap         no                        yes
+//	groups           yes                       yes
+//	replay           no                        no
+//	native nack      yes (retry queues)        no (the engine retries in place)
+//	max message      max_message_bytes         max_message_bytes
+//
+// # Errors
+//
+// Open fails on bad credentials ("authentication failed for user ...")
+// and on a missing or forbidden virtual host (wrapping driver.ErrNotFound),
+// with the password redacted. Declaring over an existing queue with other
+// settings (for example another queue_type) fails with driver.ErrInvalid.
+// The amqp091-go error stays reachable with errors.As.
+//
+// # Concurrency
+//
+// Everything is safe for concurrent use. A subscriber's Receive is called
+// from one goroutine; Ack, Nack and Lag may be called concurrently with it.
+package rabbitbus

@@ -1,0 +1,721 @@
+package rabbitbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// sub is one group member.
+//
+// Goroutines, all owned by the sub and ended by Close: one per lane (it
+// opens the lane's channel, declares the lane's topology, consumes, and
+// reopens after a drop), and in partitioned mode the rebalancer.
+//
+// Locks: cbMu serializes the calls into driver.Lanes and is never taken
+// by Receive or Ack; ackMu serializes acknowledgement plans and sends (a
+// multiple ack must not overtake a single ack of a tag it covers); mu
+// guards the buffer and the lanes' channel state. Order: cbMu, ackMu, mu.
+type sub struct {
+	c        *conn
+	link     *link
+	topic    string
+	group    string
+	part     bool
+	quorum   bool
+	cb       driver.Lanes
+	prefetch int
+	lanes    []*lane
+
+	cbMu  sync.Mutex
+	ackMu sync.Mutex
+
+	mu      sync.Mutex
+	buf     []*driver.Delivery
+	wake    chan struct{}
+	lostSeq uint64 // counts Lost and Revoked calls
+	seenSeq uint64 // lostSeq when Receive last returned
+	closed  bool
+
+	ctx       context.Context // cancelled by Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// lane is one queue the member consumes, on a channel of its own.
+type lane struct {
+	s     *sub
+	n     int
+	id    string
+	queue string
+
+	// guarded by s.mu
+	ch       *amqp.Channel // nil while down
+	gen      uint64        // counts channels
+	claimed  bool
+	revoking bool
+	held     int    // deliveries on ch not yet acknowledged
+	low      uint64 // lowest delivery tag on ch not known settled
+	settled  []bool // settled[i] is tag low+i
+}
+
+// token is a Delivery's handle.
+type token struct {
+	l   *lane
+	gen uint64
+	tag uint64
+}
+
+// Subscribe implements driver.Conn.
+func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.SubscribeOptions) (driver.Subscriber, error) {
+	if err := c.checkOpen("subscribe", topic); err != nil {
+		return nil, err
+	}
+	if topic == "" || opts.Group == "" || len(topic)+len(opts.Group)+32 > 255 {
+		return nil, fmt.Errorf("rabbitbus: subscribe %q group %q: topic and group must be non-empty and their names together under 224 bytes: %w", topic, opts.Group, driver.ErrInvalid)
+	}
+	if opts.StartAt == driver.StartEarliest {
+		return nil, fmt.Errorf("rabbitbus: subscribe %q: a new group cannot start from the earliest message: %w", topic, driver.ErrUnsupported)
+	}
+	l, err := c.subLink(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitbus: subscribe %q: %w", topic, err)
+	}
+	s := &sub{
+		c: c, link: l, topic: topic, group: opts.Group,
+		part: c.cfg.partitions > 0, quorum: c.cfg.quorum(),
+		cb: opts.Lanes, prefetch: max(1, min(opts.MaxInFlight, math.MaxUint16)),
+		wake: make(chan struct{}, 1),
+	}
+	if s.part {
+		for p := range c.cfg.partitions {
+			s.lanes = append(s.lanes, &lane{s: s, n: p, id: strconv.Itoa(p), queue: partitionQueue(topic, opts.Group, p)})
+		}
+	} else {
+		s.lanes = []*lane{{s: s, id: "0", queue: groupQueue(topic, opts.Group)}}
+	}
+	// Declare everything once, in lane order (the consistent-hash
+	// exchange assigns its buckets in binding order).
+	if _, err := c.withChannel(ctx, l, func(ch *amqp.Channel) error {
+		for _, ln := range s.lanes {
+			if err := ln.declare(ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, c.topologyError("subscribe", topic, err)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		s.cancel()
+		return nil, fmt.Errorf("rabbitbus: subscribe %q: %w", topic, driver.ErrClosed)
+	}
+	c.subs[s] = struct{}{}
+	c.mu.Unlock()
+	for _, ln := range s.lanes {
+		s.wg.Add(1)
+		go ln.run()
+	}
+	if s.part {
+		s.wg.Add(1)
+		go s.rebalance()
+	}
+	if s.part {
+		return &partSub{s}, nil
+	}
+	return s, nil
+}
+
+// partSub is a partitioned-mode member. It has no Nack: a redelivery
+// through a retry queue would land behind later messages of its key, so
+// the engine retries in place instead.
+type partSub struct{ s *sub }
+
+func (p partSub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	return p.s.Receive(ctx, max)
+}
+func (p partSub) Ack(ctx context.Context, ds []*driver.Delivery) error { return p.s.Ack(ctx, ds) }
+func (p partSub) Lag(ctx context.Context) ([]driver.LaneLag, error)    { return p.s.Lag(ctx) }
+func (p partSub) Close() error                                         { return p.s.Close() }
+
+var (
+	_ driver.Acker     = (*sub)(nil)
+	_ driver.Nacker    = (*sub)(nil)
+	_ driver.LagReader = (*sub)(nil)
+	_ driver.Acker     = partSub{}
+	_ driver.LagReader = partSub{}
+)
+
+// declare declares the lane's exchange, queue and binding on ch.
+func (l *lane) declare(ch *amqp.Channel) error {
+	s := l.s
+	if err := declareTopic(ch, s.topic); err != nil {
+		return err
+	}
+	s.c.record("x", s.topic)
+	args := s.c.queueArgs()
+	src, key := s.topic, "#"
+	if s.part {
+		hx := hashExchange(s.topic, s.group)
+		if err := ch.ExchangeDeclare(hx, "x-consistent-hash", true, false, false, false, nil); err != nil {
+			return err
+		}
+		s.c.record("x", hx)
+		if err := ch.ExchangeBind(hx, "#", s.topic, false, nil); err != nil {
+			return err
+		}
+		args["x-single-active-consumer"] = true
+		src, key = hx, "1" // weight 1: every partition gets an equal share of keys
+	}
+	if _, err := ch.QueueDeclare(l.queue, true, false, false, false, args); err != nil {
+		return err
+	}
+	s.c.record("q", l.queue)
+	return ch.QueueBind(l.queue, key, src, false, nil)
+}
+
+// run keeps the lane consuming until Close.
+func (l *lane) run() {
+	s := l.s
+	defer s.wg.Done()
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(backoff(attempt))
+			select {
+			case <-s.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		ac, _, err := s.link.get(s.ctx)
+		if err != nil {
+			return
+		}
+		ch, dels, err := l.open(ac)
+		if err != nil {
+			if s.ctx.Err() == nil && attempt%10 == 1 {
+				s.c.log.Warn("rabbitbus: consuming failed, retrying", "queue", l.queue, "err", err)
+			}
+			continue
+		}
+		attempt = 0
+		l.serve(ch, dels)
+		if s.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func (l *lane) open(ac *amqp.Connection) (*amqp.Channel, <-chan amqp.Delivery, error) {
+	ch, err := ac.Channel()
+	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (*amqp.Channel, <-chan amqp.Delivery, error) {
+		_ = ch.Close()
+		return nil, nil, err
+	}
+	if err := l.declare(ch); err != nil {
+		return fail(err)
+	}
+	if err := ch.Qos(l.s.prefetch, 0, false); err != nil {
+		return fail(err)
+	}
+	dels, err := ch.Consume(l.queue, "", false, false, false, false, nil)
+	if err != nil {
+		return fail(err)
+	}
+	return ch, dels, nil
+}
+
+// serve moves the channel's deliveries to the buffer until it closes.
+func (l *lane) serve(ch *amqp.Channel, dels <-chan amqp.Delivery) {
+	s := l.s
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ch.Close()
+		for range dels {
+		}
+		return
+	}
+	l.ch = ch
+	l.gen++
+	gen := l.gen
+	l.claimed, l.revoking = false, false
+	l.held, l.low, l.settled = 0, 1, l.settled[:0]
+	s.mu.Unlock()
+	if !s.part {
+		s.claim(l, gen) // the queue's one lane is ours while we consume it
+	}
+	for d := range dels {
+		s.accept(l, gen, &d)
+	}
+	s.mu.Lock()
+	lost := l.claimed
+	l.claimed = false
+	l.ch = nil
+	l.held = 0
+	s.dropLocked(l)
+	s.mu.Unlock()
+	_ = ch.Close()
+	if lost {
+		s.cbMu.Lock()
+		s.cb.Lost([]string{l.id})
+		s.mu.Lock()
+		s.lostSeq++
+		s.mu.Unlock()
+		s.cbMu.Unlock()
+		signal(s.wake)
+	}
+}
+
+// claim announces lane l of channel generation gen, once.
+func (s *sub) claim(l *lane, gen uint64) {
+	s.cbMu.Lock()
+	defer s.cbMu.Unlock()
+	s.mu.Lock()
+	ok := l.gen == gen && l.ch != nil && !l.claimed && !l.revoking && !s.closed
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	s.cb.Claimed([]string{l.id})
+	s.mu.Lock()
+	if l.gen == gen {
+		l.claimed = true
+	}
+	s.mu.Unlock()
+}
+
+func (s *sub) accept(l *lane, gen uint64, d *amqp.Delivery) {
+	s.mu.Lock()
+	need := !l.claimed && !l.revoking
+	s.mu.Unlock()
+	if need {
+		// RabbitMQ 3.10 does not tell a consumer that it became the single
+		// active one; its first delivery does.
+		s.claim(l, gen)
+	}
+	msg, attempt := decode(d, s.quorum)
+	dl := &driver.Delivery{
+		Message:  msg,
+		Lane:     l.id,
+		Position: strconv.FormatUint(d.DeliveryTag, 10),
+		Attempt:  attempt,
+		Token:    &token{l: l, gen: gen, tag: d.DeliveryTag},
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.gen != gen {
+		return
+	}
+	l.held++
+	for uint64(len(l.settled)) < d.DeliveryTag-l.low+1 {
+		l.settled = append(l.settled, false)
+	}
+	if l.claimed && !l.revoking && !s.closed {
+		s.buf = append(s.buf, dl)
+		signal(s.wake)
+	}
+	// Otherwise the delivery stays unacknowledged until the channel
+	// closes, and the server delivers it again.
+}
+
+// dropLocked removes lane l's deliveries from the buffer.
+func (s *sub) dropLocked(l *lane) {
+	keep := s.buf[:0]
+	for _, d := range s.buf {
+		if d.Token.(*token).l != l {
+			keep = append(keep, d)
+		}
+	}
+	clear(s.buf[len(keep):])
+	s.buf = keep
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Receive implements driver.Subscriber. After a lane was lost or revoked
+// it returns once with no delivery, so that the engine looks at its lanes
+// again before it takes deliveries of a new claim.
+func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	s.mu.Lock()
+	for {
+		if s.closed {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("rabbitbus: receive %q: %w", s.topic, driver.ErrClosed)
+		}
+		if s.lostSeq != s.seenSeq {
+			s.seenSeq = s.lostSeq
+			s.mu.Unlock()
+			return nil, nil
+		}
+		if n := min(max, len(s.buf)); n > 0 {
+			out := make([]*driver.Delivery, n)
+			copy(out, s.buf)
+			clear(s.buf[:n])
+			s.buf = s.buf[n:]
+			if len(s.buf) == 0 {
+				s.buf = s.buf[:0:0]
+			}
+			s.mu.Unlock()
+			return out, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		s.mu.Lock()
+	}
+}
+
+// ackPlan is what to send on one channel: a multiple ack up to multi
+// (0: none) and single acks.
+type ackPlan struct {
+	ch      *amqp.Channel
+	multi   uint64
+	singles []uint64
+}
+
+// settleLocked marks ds settled and returns what to send. Deliveries of
+// a channel that has since closed are skipped: their tags mean nothing on
+// the new channel, and the server delivers them again.
+func (s *sub) settleLocked(ds []*driver.Delivery) []ackPlan {
+	var plans []ackPlan
+	var lanes []*lane
+	tags := map[*lane][]uint64{}
+	for _, d := range ds {
+		t, ok := d.Token.(*token)
+		if !ok {
+			continue
+		}
+		l := t.l
+		if l.s != s || t.gen != l.gen || l.ch == nil || t.tag < l.low || t.tag-l.low >= uint64(len(l.settled)) || l.settled[t.tag-l.low] {
+			continue
+		}
+		l.settled[t.tag-l.low] = true
+		l.held--
+		if _, seen := tags[l]; !seen {
+			lanes = append(lanes, l)
+		}
+		tags[l] = append(tags[l], t.tag)
+	}
+	for _, l := range lanes {
+		k := 0
+		for k < len(l.settled) && l.settled[k] {
+			k++
+		}
+		newLow := l.low + uint64(k)
+		l.settled = l.settled[k:]
+		l.low = newLow
+		p := ackPlan{ch: l.ch}
+		for _, tag := range tags[l] {
+			if tag < newLow {
+				p.multi = max(p.multi, tag)
+			} else {
+				p.singles = append(p.singles, tag)
+			}
+		}
+		plans = append(plans, p)
+	}
+	return plans
+}
+
+// Ack implements driver.Acker. Contiguous runs of settled deliveries go
+// out as one multiple ack.
+func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
+	s.mu.Lock()
+	plans := s.settleLocked(ds)
+	s.mu.Unlock()
+	var errs []error
+	for _, p := range plans {
+		if p.multi > 0 {
+			if err := p.ch.Ack(p.multi, true); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		for _, tag := range p.singles {
+			if err := p.ch.Ack(tag, false); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("rabbitbus: ack %q group %q: %w (the server delivers those messages again)", s.topic, s.group, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Retry-queue delays are rounded to the nearest power of √2 milliseconds,
+// so a group has a few dozen retry queues at most.
+const (
+	minRetryDelay = 10 * time.Millisecond
+	maxRetryDelay = 24 * time.Hour
+)
+
+func retryBucket(d time.Duration) time.Duration {
+	d = min(max(d, minRetryDelay), maxRetryDelay)
+	ms := float64(d) / float64(time.Millisecond)
+	k := math.Round(2 * math.Log2(ms))
+	return time.Duration(math.Round(math.Pow(2, k/2))) * time.Millisecond
+}
+
+func retryQueue(topic, group string, d time.Duration) string {
+	return groupQueue(topic, group) + ":retry:" + strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+}
+
+// Nack implements driver.Nacker: each delivery is republished, with its
+// next attempt number, to the group's retry queue for delay (a queue with
+// that message TTL which dead-letters into the group's queue), and is
+// acknowledged once the republish is confirmed.
+func (s *sub) Nack(ctx context.Context, ds []*driver.Delivery, delay time.Duration) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	bucket := retryBucket(delay)
+	q := retryQueue(s.topic, s.group, bucket)
+	target := groupQueue(s.topic, s.group)
+	declare := func(ctx context.Context) error {
+		err := s.c.ensure(ctx, "q:"+q, func(ch *amqp.Channel) error {
+			args := s.c.queueArgs()
+			args["x-message-ttl"] = bucket.Milliseconds()
+			args["x-dead-letter-exchange"] = ""
+			args["x-dead-letter-routing-key"] = target
+			if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
+				return err
+			}
+			s.c.record("q", q)
+			return nil
+		})
+		if err != nil {
+			return s.c.topologyError("declare retry queue", q, err)
+		}
+		return nil
+	}
+	if err := declare(ctx); err != nil {
+		return err
+	}
+	b := &pbatch{errs: make([]error, len(ds)), done: make(chan struct{})}
+	pms := make([]*pmsg, len(ds))
+	for i, d := range ds {
+		pms[i] = &pmsg{key: q, pub: encode(&d.Message, true, d.Attempt+1, true), declare: declare, b: b, i: i}
+	}
+	if err := s.c.publisher.publish(ctx, q, pms, b, true); err != nil {
+		return fmt.Errorf("rabbitbus: nack %q group %q: %w", s.topic, s.group, err)
+	}
+	var ok []*driver.Delivery
+	for i, err := range b.errs {
+		if err == nil {
+			ok = append(ok, ds[i])
+		}
+	}
+	ackErr := s.Ack(ctx, ok)
+	if err := errors.Join(b.errs...); err != nil {
+		return fmt.Errorf("rabbitbus: nack %q group %q: %d of %d not requeued: %w", s.topic, s.group, len(ds)-len(ok), len(ds), err)
+	}
+	return ackErr
+}
+
+// Lag implements driver.LagReader: for every lane of the group, the
+// messages ready in its queue (queue.declare-ok) plus the deliveries
+// this client holds unacknowledged on it.
+func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	counts := s.queueCounts(ctx)
+	held := s.c.held()
+	out := make([]driver.LaneLag, len(s.lanes))
+	for i, l := range s.lanes {
+		out[i] = driver.LaneLag{Lane: l.id}
+		if c, ok := counts[l.queue]; ok {
+			out[i].Lag = int64(c.Messages) + int64(held[l.queue])
+			out[i].Known = true
+		}
+	}
+	return out, nil
+}
+
+// queueCounts reads every lane queue's ready messages and consumers; a
+// queue it could not read is missing from the result.
+func (s *sub) queueCounts(ctx context.Context) map[string]amqp.Queue {
+	out := map[string]amqp.Queue{}
+	ac, _, err := s.link.get(ctx)
+	if err != nil {
+		return out
+	}
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			_ = ch.Close()
+		}
+	}()
+	for _, l := range s.lanes {
+		if ch == nil || ch.IsClosed() {
+			if ch, err = ac.Channel(); err != nil {
+				ch = nil
+				return out
+			}
+		}
+		q, err := ch.QueueDeclarePassive(l.queue, true, false, false, false, nil)
+		if err == nil {
+			out[l.queue] = q
+		}
+	}
+	return out
+}
+
+// held counts the unacknowledged deliveries per queue over every
+// subscriber of the connection.
+func (c *conn) held() map[string]int {
+	c.mu.Lock()
+	subs := make([]*sub, 0, len(c.subs))
+	for s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.mu.Unlock()
+	out := map[string]int{}
+	for _, s := range subs {
+		s.mu.Lock()
+		for _, l := range s.lanes {
+			if l.ch != nil {
+				out[l.queue] += l.held
+			}
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+// rebalance runs in partitioned mode. Every interval it reads how many
+// consumers each partition queue has (each member consumes every one),
+// and when this member is active on more than its share, ceil(N/members),
+// it hands the extra lanes over: it revokes them (the engine drains and
+// acknowledges), closes their channels (the server requeues what was
+// left and activates the next consumer in line) and consumes them again,
+// now last in line.
+func (s *sub) rebalance() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.c.cfg.rebalance)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.c.cfg.rebalance)
+		counts := s.queueCounts(ctx)
+		cancel()
+		members := 1
+		for _, q := range counts {
+			members = max(members, q.Consumers)
+		}
+		share := (len(s.lanes) + members - 1) / members
+		s.mu.Lock()
+		var active []*lane
+		for _, l := range s.lanes {
+			if l.claimed && !l.revoking {
+				active = append(active, l)
+			}
+		}
+		s.mu.Unlock()
+		for i := len(active) - 1; i >= share && s.ctx.Err() == nil; i-- {
+			s.handover(active[i])
+		}
+	}
+}
+
+func (s *sub) handover(l *lane) {
+	s.cbMu.Lock()
+	s.mu.Lock()
+	if !l.claimed || l.revoking || s.closed {
+		s.mu.Unlock()
+		s.cbMu.Unlock()
+		return
+	}
+	l.revoking, l.claimed = true, false
+	s.dropLocked(l)
+	ch := l.ch
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+	s.cb.Revoked(ctx, []string{l.id})
+	cancel()
+	s.mu.Lock()
+	s.lostSeq++
+	s.mu.Unlock()
+	s.cbMu.Unlock()
+	signal(s.wake)
+	if ch != nil {
+		_ = ch.Close() // the lane's run loop consumes again
+	}
+}
+
+// Close implements driver.Subscriber: it revokes the lanes it holds,
+// then closes their channels, so the server requeues what is
+// unacknowledged and, in partitioned mode, activates the next member.
+func (s *sub) Close() error {
+	s.closeOnce.Do(func() {
+		s.cbMu.Lock()
+		s.mu.Lock()
+		var ids []string
+		for _, l := range s.lanes {
+			if l.claimed && !l.revoking {
+				l.claimed, l.revoking = false, true
+				ids = append(ids, l.id)
+			}
+		}
+		s.mu.Unlock()
+		if len(ids) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			s.cb.Revoked(ctx, ids)
+			cancel()
+		}
+		s.mu.Lock()
+		s.closed = true
+		s.buf = nil
+		var chans []*amqp.Channel
+		for _, l := range s.lanes {
+			if l.ch != nil {
+				chans = append(chans, l.ch)
+			}
+		}
+		s.mu.Unlock()
+		s.cbMu.Unlock()
+		signal(s.wake)
+		s.cancel()
+		for _, ch := range chans {
+			_ = ch.Close()
+		}
+		s.wg.Wait()
+		s.c.mu.Lock()
+		delete(s.c.subs, s)
+		s.c.mu.Unlock()
+	})
+	return nil
+}
