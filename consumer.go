@@ -40,7 +40,6 @@ type Consumer struct {
 	cfg     consumerConfig
 	handler Handler
 	batch   BatchHandler
-	nack    bool // use the transport's native redelivery for retries
 	logger  *slog.Logger
 
 	settledMu sync.Mutex
