@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -139,24 +140,26 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 	}
 	defer a.closeClient(c)
 
-	// stop is closed once when tail must end: --max reached or a write
-	// failed. Handlers past that point leave their message unsettled.
+	// stop is closed once when tail must end: --max reached, a write
+	// failed, or Ctrl-C. A handler that gets a message it may not write
+	// (past --max, or after a failed write) holds it until Shutdown gives
+	// up on it, so it is released to the transport, never acknowledged.
 	var (
-		mu       sync.Mutex
-		written  int
-		writeErr error
-		stop     = make(chan struct{})
-		stopOnce sync.Once
+		mu        sync.Mutex
+		written   int
+		writeErr  error
+		stop      = make(chan struct{})
+		stopOnce  sync.Once
+		held      atomic.Int64 // handlers holding a message they may not write
+		processed atomic.Int64 // written messages whose settlement began
 	)
 	halt := func() { stopOnce.Do(func() { close(stop) }) }
 	handler := func(hctx context.Context, m *omnibus.Message) error {
 		mu.Lock()
 		if (o.max > 0 && written >= o.max) || writeErr != nil {
 			mu.Unlock()
-			select { // not ours to write: hold it until tail stops, then release it
-			case <-stop:
-			case <-hctx.Done():
-			}
+			held.Add(1)
+			<-hctx.Done() // cancelled when Shutdown gives up on it
 			return errTailStopped
 		}
 		var out []byte
@@ -170,6 +173,8 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 			writeErr = fmt.Errorf("tail: write: %w", err)
 			mu.Unlock()
 			halt()
+			held.Add(1)
+			<-hctx.Done()
 			return errTailStopped
 		}
 		written++
@@ -179,6 +184,11 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 		mu.Unlock()
 		return nil
 	}
+	observe := func(e omnibus.Event) {
+		if e.Kind == omnibus.EventProcessed {
+			processed.Add(1)
+		}
+	}
 
 	ordering := omnibus.OrderNone
 	if c.Capabilities().Ordered {
@@ -187,7 +197,7 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 	opts := []omnibus.SubscribeOption{omnibus.StartFrom(start), omnibus.Order(ordering),
 		omnibus.MaxInFlight(64), omnibus.DrainTimeout(5 * time.Second),
 		// tail only reads: it must never dead-letter what it did not write.
-		omnibus.MaxAttempts(math.MaxInt32)}
+		omnibus.MaxAttempts(math.MaxInt32), omnibus.Observe(observe)}
 	if o.group != "" {
 		opts = append(opts, omnibus.Group(o.group))
 	}
@@ -204,8 +214,32 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 		return err
 	}
 	halt()
+	// Shutdown drains what was received. Messages held unwritten would
+	// keep it waiting: once every written message has begun settling, give
+	// their settlement a moment, then end the drain, which releases them.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() { // ended by watchDone or by cancelling the drain
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-watchDone:
+				return
+			case <-tick.C:
+			}
+			mu.Lock()
+			settling := processed.Load() >= int64(written)
+			mu.Unlock()
+			if held.Load() > 0 && settling {
+				time.Sleep(50 * time.Millisecond)
+				cancel()
+				return
+			}
+		}
+	}()
 	serr := k.Shutdown(sctx)
 	if rerr := <-runErr; rerr != nil {
 		return rerr

@@ -4,12 +4,16 @@ package main
 // scheme from its init function; a blank import is all it takes.
 import (
 	"github.com/omnibus-go/omnibus"
+	_ "github.com/omnibus-go/omnibus/kafkabus"
 	_ "github.com/omnibus-go/omnibus/membus"
+	"github.com/omnibus-go/omnibus/natsbus"
 )
 
 // embeddedURL is the transport used when neither --url nor OMNIBUS_URL is
-// given: the zero-setup default. It is the only place that names it.
-var embeddedURL = "mem://"
+// given: the zero-setup default, a NATS JetStream server inside the
+// process, storing in a temporary directory removed when it closes.
+// It is the only place that names the default.
+var embeddedURL = natsbus.DefaultURL
 
 // defaultURL returns the URL of the embedded default transport.
 func defaultURL() string { return embeddedURL }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// result is what one in-process run of the command produced.
+type result struct {
+	stdout, stderr string
+	code           int
+	took           time.Duration
+}
+
+// runCmd runs the command in-process with args and stdin, with no
+// OMNIBUS_URL unless env sets it.
+func runCmd(t testing.TB, ctx context.Context, env map[string]string, stdin string, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	a := &app{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut,
+		getenv: func(k string) string { return env[k] }}
+	start := time.Now()
+	code := a.run(ctx, args)
+	return result{stdout: out.String(), stderr: errOut.String(), code: code, took: time.Since(start)}
+}
+
+func ctxT(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// memURL is a mem:// bus private to the test, kept alive for the test's
+// duration by an open client, so commands run one after another share it.
+func memURL(t testing.TB, params string) (string, *omnibus.Client) {
+	t.Helper()
+	name := strings.NewReplacer("/", "-", "_", "-").Replace(strings.ToLower(t.Name()))
+	raw := "mem://" + name + params
+	c, err := omnibus.Open(context.Background(), raw)
+	if err != nil {
+		t.Fatalf("open %s: %v", raw, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return raw, c
+}
+
+// wantCode fails the test when r did not exit with code.
+func wantCode(t testing.TB, r result, code int) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, code, r.stdout, r.stderr)
+	}
+}
+
+// wantOneLineError checks the error contract: one line on stderr, naming
+// want, never showing secret.
+func wantOneLineError(t testing.TB, r result, want, secret string) {
+	t.Helper()
+	if n := strings.Count(r.stderr, "\n"); n != 1 || !strings.HasSuffix(r.stderr, "\n") {
+		t.Errorf("stderr has %d lines, want 1:\n%s", n, r.stderr)
+	}
+	if !strings.HasPrefix(r.stderr, "omnibus: ") {
+		t.Errorf("stderr = %q, want it to start with \"omnibus: \"", r.stderr)
+	}
+	if !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr = %q, want it to contain %q", r.stderr, want)
+	}
+	if secret != "" && (strings.Contains(r.stderr, secret) || strings.Contains(r.stdout, secret)) {
+		t.Errorf("output shows the password %q:\nstdout: %s\nstderr: %s", secret, r.stdout, r.stderr)
+	}
+}
+
+// leaky is a transport whose client library puts the whole URL, password
+// included, in its errors; the command must still not show it.
+type leaky struct{}
+
+func (leaky) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
+	return nil, fmt.Errorf("dial %s: connection refused (password %s)", u.String(), func() string { p, _ := u.User.Password(); return p }())
+}
+
+func init() { omnibus.Register("leaky", leaky{}) }
