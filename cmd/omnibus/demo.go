@@ -336,14 +336,15 @@ func firstLine(err error) string {
 	return s
 }
 
-// produce publishes the orders at the configured rate.
+// produce publishes the orders at the configured rate, building each
+// batch as it goes.
 func (d *demo) produce(ctx context.Context, run string) error {
-	msgs := d.plan(run)
+	poison := d.poisonPlan()
 	const batchMax = 100
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for i := 0; i < len(msgs); {
-		n := len(msgs) - i
+	for i := 0; i < d.o.orders; {
+		n := d.o.orders - i
 		if d.o.rate > 0 {
 			due := int(time.Since(d.start).Seconds() * d.o.rate)
 			n = min(n, due-i)
@@ -357,7 +358,11 @@ func (d *demo) produce(ctx context.Context, run string) error {
 			}
 			continue
 		}
-		if err := d.c.Publish(ctx, d.topic, msgs[i:i+n]...); err != nil {
+		batch := make([]*omnibus.Message, n)
+		for j := range batch {
+			batch[j] = d.order(run, i+j, poison[i+j])
+		}
+		if err := d.c.Publish(ctx, d.topic, batch...); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -369,38 +374,40 @@ func (d *demo) produce(ctx context.Context, run string) error {
 	return nil
 }
 
-// plan builds the orders: random customers, each customer's orders
-// numbered from 1, and the poison orders spread evenly.
-func (d *demo) plan(run string) []*omnibus.Message {
-	poisonAt := map[int]string{}
+// poisonPlan spreads the poison orders evenly, alternately undecodable and
+// failing.
+func (d *demo) poisonPlan() map[int]string {
+	at := map[int]string{}
 	for p := range d.o.poison {
 		kind := poisonUndecodable
 		if p%2 == 1 {
 			kind = poisonFailing
 		}
-		poisonAt[(p+1)*d.o.orders/(d.o.poison+1)] = kind
+		at[(p+1)*d.o.orders/(d.o.poison+1)] = kind
 	}
-	msgs := make([]*omnibus.Message, d.o.orders)
-	for i := range msgs {
-		id := fmt.Sprintf("%s-%06d", run, i+1)
-		customer := fmt.Sprintf("customer-%02d", rand.IntN(d.o.customers)+1)
-		o := order{ID: id, Customer: customer, Amount: float64(rand.IntN(20000)) / 100}
-		var body []byte
-		switch kind := poisonAt[i]; kind {
-		case poisonUndecodable:
-			d.led.expectPoison(id, kind)
-			body = []byte(`{"order":"` + id + `","customer":"` + customer + `","amount":`)
-		case poisonFailing:
-			d.led.expectPoison(id, kind)
-			o.Cursed = true
-			body, _ = json.Marshal(o)
-		default:
-			o.Seq = d.led.expect(id, customer)
-			body, _ = json.Marshal(o)
-		}
-		msgs[i] = &omnibus.Message{ID: id, Key: customer, Type: "order.created", Source: "omnibus-demo", Body: body}
+	return at
+}
+
+// order builds order number i (from 0) for a random customer and notes
+// it in the ledger: valid orders are numbered per customer from 1.
+func (d *demo) order(run string, i int, poison string) *omnibus.Message {
+	id := fmt.Sprintf("%s-%06d", run, i+1)
+	customer := fmt.Sprintf("customer-%02d", rand.IntN(d.o.customers)+1)
+	o := order{ID: id, Customer: customer, Amount: float64(rand.IntN(20000)) / 100}
+	var body []byte
+	switch poison {
+	case poisonUndecodable:
+		d.led.expectPoison(id, poison)
+		body = []byte(`{"order":"` + id + `","customer":"` + customer + `","amount":`)
+	case poisonFailing:
+		d.led.expectPoison(id, poison)
+		o.Cursed = true
+		body, _ = json.Marshal(o)
+	default:
+		o.Seq = d.led.expect(id, customer)
+		body, _ = json.Marshal(o)
 	}
-	return msgs
+	return &omnibus.Message{ID: id, Key: customer, Type: "order.created", Source: "omnibus-demo", Body: body}
 }
 
 // summary prints the verified summary and reports whether every check
