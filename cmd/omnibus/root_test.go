@@ -61,6 +61,7 @@ func TestOpenErrorsHidePassword(t *testing.T) {
 		{"malformed", "nats://alice:" + secret + "@local host:1", "malformed URL"},
 		{"unreachable nats", "nats://alice:" + secret + "@127.0.0.1:1?connect_timeout=500ms&max_reconnects=0", "natsbus"},
 		{"unreachable kafka", "kafka://alice:" + secret + "@127.0.0.1:1?dial_timeout=500ms&request_timeout=1s", "kafkabus"},
+		{"unreachable rabbitmq", "amqp://alice:" + secret + "@127.0.0.1:1/", "rabbitbus"},
 	}
 	for _, tt := range tests {
 		for _, cmd := range [][]string{
