@@ -91,7 +91,9 @@
 // are sent again.
 //
 // Consuming (default mode): at least once, manual acknowledgements, the
-// prefetch count is the engine's MaxInFlight. The group's queue is one
+// prefetch count is the engine's MaxInFlight. Delivery.Position is the
+// AMQP delivery tag (per channel, informational). Acknowledgements of a
+// contiguous run of deliveries go out as one multiple ack. The group's queue is one
 // unordered lane, "0" (Capabilities.Ordered is false). The subscriber
 // implements driver.Nacker: a nack republishes the message (confirmed)
 // to the retry queue for its delay, rounded to the nearest power of √2

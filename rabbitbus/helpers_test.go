@@ -2,7 +2,6 @@ package rabbitbus
 
 import (
 	"context"
-	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -127,14 +126,6 @@ func restart(ctx context.Context, t testing.TB) {
 	case <-ctx.Done():
 	}
 	start()
-}
-
-func reachable(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err == nil {
-		_ = c.Close()
-	}
-	return err == nil
 }
 
 // eventually polls cond until it holds or d passes, then fails with msg.

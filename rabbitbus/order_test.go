@@ -27,7 +27,6 @@ func TestPartitionedKeyOrder(t *testing.T) {
 	seqs := map[string][]int{}      // key -> sequence numbers in handling order
 	laneBy := map[string]map[int]bool{} // lane -> members that handled it
 	seen := map[string]bool{}
-	var members []*omnibus.Consumer
 	for i := range 3 {
 		c := open(ctx, t, params)
 		k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
@@ -51,7 +50,6 @@ func TestPartitionedKeyOrder(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- k.Run(rctx) }()
 		t.Cleanup(func() { rcancel(); <-done })
-		members = append(members, k)
 	}
 
 	const n, keys = 10000, 200
