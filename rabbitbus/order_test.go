@@ -24,7 +24,7 @@ func TestPartitionedKeyOrder(t *testing.T) {
 	topic := fmt.Sprintf("omnibus-order-%x", rand.Uint32())
 
 	var mu sync.Mutex
-	seqs := map[string][]int{}      // key -> sequence numbers in handling order
+	seqs := map[string][]int{}          // key -> sequence numbers in handling order
 	laneBy := map[string]map[int]bool{} // lane -> members that handled it
 	seen := map[string]bool{}
 	for i := range 3 {
