@@ -108,16 +108,19 @@ func (a *app) bench(ctx context.Context, o benchOptions) error {
 			return errInterrupted
 		}
 		if err != nil {
-			return fmt.Errorf("bench: raw %s baseline: %w", b.client, err)
-		}
-		res.RawPublishMsgsPerS, res.RawConsumeMsgsPerS = &pub, &con
-		if pub > 0 {
-			r := res.PublishMsgsPerS / pub
-			res.PublishRatio = &r
-		}
-		if con > 0 {
-			r := res.ConsumeMsgsPerS / con
-			res.ConsumeRatio = &r
+			// The omnibus numbers stand; say why there is no comparison.
+			res.Baseline = ""
+			res.NoBaseline = oneLine(scrub(fmt.Sprintf("the raw %s baseline failed: %v", b.client, err), a.rawURL))
+		} else {
+			res.RawPublishMsgsPerS, res.RawConsumeMsgsPerS = &pub, &con
+			if pub > 0 {
+				r := res.PublishMsgsPerS / pub
+				res.PublishRatio = &r
+			}
+			if con > 0 {
+				r := res.ConsumeMsgsPerS / con
+				res.ConsumeRatio = &r
+			}
 		}
 	} else {
 		res.NoBaseline = noBaseline[res.Transport]
