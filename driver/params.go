@@ -29,6 +29,6 @@ func CheckParams(u *url.URL, known ...string) error {
 	slices.Sort(unknown)
 	all := append(slices.Clone(known), PortableParams...)
 	slices.Sort(all)
-	return fmt.Errorf("%s: URL %q: unknown parameter %s (known: %s): %w",
-		u.Scheme, u.Redacted(), strings.Join(unknown, ", "), strings.Join(all, ", "), ErrInvalid)
+	return fmt.Errorf("URL %q: unknown parameter %s (known: %s): %w",
+		u.Redacted(), strings.Join(unknown, ", "), strings.Join(all, ", "), ErrInvalid)
 }

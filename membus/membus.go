@@ -38,7 +38,7 @@ var (
 // Open implements driver.Driver.
 func (opener) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
 	if err := driver.CheckParams(u, "partitions", "max_bytes"); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("membus: %w", err)
 	}
 	cfg := Config{Partitions: DefaultPartitions, MaxBytes: DefaultMaxBytes}
 	q := u.Query()
