@@ -80,6 +80,14 @@ func TestBenchEmbeddedDefault(t *testing.T) {
 	if m["transport"] != scheme(defaultURL()) {
 		t.Errorf("transport %v, want the default's %q", m["transport"], scheme(defaultURL()))
 	}
+	if _, ok := baselines[scheme(defaultURL())]; ok {
+		if _, ok := m["raw_publish_msgs_per_s"]; !ok {
+			t.Errorf("the default transport has a raw baseline, but JSON lacks raw_publish_msgs_per_s: %v", m)
+		}
+		if _, ok := m["consume_ratio"]; !ok {
+			t.Errorf("JSON lacks consume_ratio: %v", m)
+		}
+	}
 }
 
 func TestBenchInterrupted(t *testing.T) {

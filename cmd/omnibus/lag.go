@@ -73,12 +73,28 @@ transport must be able to read a group's lag from outside the group.`,
 	return cmd
 }
 
+// groupLag is one reading of a group's lag from outside the group.
+type groupLag struct {
+	Lanes []driver.LaneLag
+	// Committed is the group's committed position per lane, where the
+	// source knows it (nil otherwise).
+	Committed map[string]int64
+	// Members is the number of group members, -1 when unknown.
+	Members int
+}
+
+// lagSource reads a group's lag.
+type lagSource func(ctx context.Context, topic, group string) (groupLag, error)
+
+// lagSources open a lag source for a URL scheme whose driver cannot read a
+// group's lag itself; close releases it. Files lag_<x>.go add theirs.
+var lagSources = map[string]func(ctx context.Context, rawURL string) (src lagSource, close func(), err error){}
+
 // lagSample is one reading of the group's lag.
 type lagSample struct {
-	At      time.Time
-	Lanes   []driver.LaneLag
-	Members int // -1 when unknown
-	Err     error
+	At time.Time
+	groupLag
+	Err error
 }
 
 // lagReport is the --json shape of a report.
@@ -116,23 +132,43 @@ func (a *app) lag(ctx context.Context, o lagOptions) error {
 		return err
 	}
 	defer a.closeClient(c)
-	glr, ok := c.Driver().(groupLagReader)
-	if !ok {
-		return fmt.Errorf("lag: the %s transport cannot read a consumer group's lag from outside the group: %w",
-			scheme(a.rawURL), omnibus.ErrUnsupported)
+	src, closeSrc, err := a.lagSource(ctx, c)
+	if err != nil {
+		return err
 	}
-	gmr, _ := c.Driver().(groupMembersReader)
+	defer closeSrc()
 	read := func() lagSample {
-		s := lagSample{At: time.Now(), Members: -1}
-		s.Lanes, s.Err = glr.GroupLag(ctx, o.topic, o.group)
-		if s.Err == nil && gmr != nil {
-			if n, err := gmr.GroupMembers(ctx, o.topic, o.group); err == nil {
-				s.Members = n
-			}
-		}
+		s := lagSample{At: time.Now()}
+		s.groupLag, s.Err = src(ctx, o.topic, o.group)
 		return s
 	}
 	return runLag(ctx, a.stdout, o, read)
+}
+
+// lagSource finds how to read a group's lag on c's transport: the driver's
+// own group lag reader, else a source for the scheme, else an error.
+func (a *app) lagSource(ctx context.Context, c *omnibus.Client) (lagSource, func(), error) {
+	if glr, ok := c.Driver().(groupLagReader); ok {
+		gmr, _ := c.Driver().(groupMembersReader)
+		return func(ctx context.Context, topic, group string) (groupLag, error) {
+			g := groupLag{Members: -1}
+			var err error
+			if g.Lanes, err = glr.GroupLag(ctx, topic, group); err != nil {
+				return g, err
+			}
+			if gmr != nil {
+				if n, err := gmr.GroupMembers(ctx, topic, group); err == nil {
+					g.Members = n
+				}
+			}
+			return g, nil
+		}, func() {}, nil
+	}
+	if open, ok := lagSources[scheme(a.rawURL)]; ok {
+		return open(ctx, a.rawURL)
+	}
+	return nil, nil, fmt.Errorf("lag: the %s transport cannot read a consumer group's lag from outside the group: %w",
+		scheme(a.rawURL), omnibus.ErrUnsupported)
 }
 
 // runLag samples with read and prints reports: once after o.samples
@@ -209,10 +245,16 @@ func report(topic, group string, window []lagSample) lagReport {
 		points := make([]lagPoint, len(window))
 		for i, s := range window {
 			points[i] = lagPoint{Committed: -1, Members: s.Members}
+			if s.Err != nil {
+				points[i].Members = -1
+			}
 			for _, l := range s.Lanes {
 				if l.Lane == lane {
 					points[i].Lag, points[i].Known = l.Lag, l.Known
 				}
+			}
+			if c, ok := s.Committed[lane]; ok && points[i].Known {
+				points[i].Committed = c
 			}
 		}
 		p := points[len(points)-1]

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net"
 	"strings"
 	"testing"
@@ -92,4 +93,27 @@ func TestWrongPasswordHidden(t *testing.T) {
 	r := runCmd(t, ctxT(t), nil, "", "send", "--url", raw, "--topic", "t", "--count", "1")
 	wantCode(t, r, exitFailed)
 	wantOneLineError(t, r, "rabbitbus", secret)
+}
+
+// TestLagKafka reads a real group's lag from outside it: after a group
+// consumed 20 of 50 messages and left, 30 remain and the lanes with lag
+// are STOP (no members).
+func TestLagKafka(t *testing.T) {
+	raw := kafkaURL(t)
+	r := runCmd(t, ctxT(t), nil, "", "send", "--url", raw, "--topic", "lagged", "--count", "50", "--size", "10", "--keys", "10")
+	wantCode(t, r, exitOK)
+	r = runCmd(t, ctxT(t), nil, "", "tail", "--url", raw, "--topic", "lagged", "--group", "g", "--from", "earliest", "--max", "20")
+	wantCode(t, r, exitOK)
+	r = runCmd(t, ctxT(t), nil, "", "lag", "--url", raw, "--topic", "lagged", "--group", "g", "--json", "--samples", "2", "--interval", "10ms")
+	wantCode(t, r, exitOK)
+	var rep lagReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("output %q: %v", r.stdout, err)
+	}
+	if rep.Total != 30 || rep.Status != statusStop || len(rep.Lanes) == 0 {
+		t.Errorf("report %s: want total 30, status STOP", r.stdout)
+	}
+	r = runCmd(t, ctxT(t), nil, "", "lag", "--url", raw, "--topic", "lagged", "--group", "nobody", "--interval", "10ms")
+	wantCode(t, r, exitFailed)
+	wantOneLineError(t, r, "not found", "")
 }

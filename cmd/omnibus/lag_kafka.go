@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+func init() { lagSources["kafka"] = kafkaLagSource }
+
+// kafkaLagSource reads a Kafka group's lag with kadm, from outside the
+// group: committed offsets, end offsets and the group's members. kafkabus
+// has no group lag reader of its own yet, so this reads plain kafka://
+// URLs only; SASL and TLS settings live in kafkabus.
+func kafkaLagSource(_ context.Context, rawURL string) (lagSource, func(), error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	q := u.Query()
+	if u.User != nil || q.Get("tls") == "true" || q.Has("tls_ca") {
+		return nil, nil, fmt.Errorf("lag: reads Kafka group lag over plain connections only (no SASL or TLS) until kafkabus reports group lag: %w", omnibus.ErrUnsupported)
+	}
+	var seeds []string
+	for _, h := range strings.Split(u.Host, ",") {
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(h, "9092")
+		}
+		seeds = append(seeds, h)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return nil, nil, fmt.Errorf("lag: kafka client: %w", err)
+	}
+	adm := kadm.NewClient(cl)
+	src := func(ctx context.Context, topic, group string) (groupLag, error) {
+		g := groupLag{Members: -1, Committed: map[string]int64{}}
+		lags, err := adm.Lag(ctx, group)
+		if err != nil {
+			return g, err
+		}
+		dl, ok := lags[group]
+		if !ok || dl.State == "Dead" {
+			return g, fmt.Errorf("group %q: %w", group, omnibus.ErrNotFound)
+		}
+		if err := dl.Error(); err != nil {
+			return g, err
+		}
+		g.Members = len(dl.Members)
+		for p, l := range dl.Lag[topic] {
+			lane := strconv.Itoa(int(p))
+			known := l.Err == nil && l.Lag >= 0
+			g.Lanes = append(g.Lanes, driver.LaneLag{Lane: lane, Lag: max(l.Lag, 0), Known: known})
+			if known && l.Commit.At >= 0 {
+				g.Committed[lane] = l.Commit.At
+			}
+		}
+		slices.SortFunc(g.Lanes, func(a, b driver.LaneLag) int {
+			x, _ := strconv.Atoi(a.Lane)
+			y, _ := strconv.Atoi(b.Lane)
+			return x - y
+		})
+		return g, nil
+	}
+	return src, cl.Close, nil
+}
