@@ -30,7 +30,6 @@ const (
 	DefaultPublishWindow  = 4096
 	DefaultPublishTimeout = 30 * time.Second
 	DefaultDupeWindow     = 2 * time.Minute
-	DefaultClaimTTL       = 10 * time.Second
 )
 
 func init() { omnibus.Register(Scheme, opener{}) }
@@ -72,7 +71,6 @@ type config struct {
 	maxAge        time.Duration
 	dupeWindow    time.Duration
 	storage       jetstream.StorageType
-	claimTTL      time.Duration
 	inactive      time.Duration
 
 	dir        string
@@ -83,7 +81,7 @@ var knownParams = []string{
 	"name", "tls", "tls_ca", "tls_cert", "tls_key", "creds",
 	"connect_timeout", "reconnect_wait", "max_reconnects",
 	"partitions", "ack_wait", "max_ack_pending", "publish_window", "publish_timeout",
-	"replicas", "max_age", "dupe_window", "storage", "claim_ttl", "inactive_threshold",
+	"replicas", "max_age", "dupe_window", "storage", "inactive_threshold",
 	"dir", "max_payload",
 }
 
@@ -104,7 +102,6 @@ func parseURL(u *url.URL) (*config, error) {
 		replicas:       1,
 		dupeWindow:     DefaultDupeWindow,
 		storage:        jetstream.FileStorage,
-		claimTTL:       DefaultClaimTTL,
 	}
 	bad := func(name, v, want string) error {
 		return fmt.Errorf("natsbus: URL %q: %s=%q, want %s: %w", cfg.redacted, name, v, want, driver.ErrInvalid)
@@ -142,7 +139,6 @@ func parseURL(u *url.URL) (*config, error) {
 		{"publish_timeout", &cfg.publishTO, false},
 		{"max_age", &cfg.maxAge, true},
 		{"dupe_window", &cfg.dupeWindow, false},
-		{"claim_ttl", &cfg.claimTTL, false},
 		{"inactive_threshold", &cfg.inactive, true},
 	}
 	for _, p := range durs {
@@ -153,6 +149,10 @@ func parseURL(u *url.URL) (*config, error) {
 			}
 			*p.dst = d
 		}
+	}
+	if cfg.partitions > 0 {
+		return nil, fmt.Errorf("natsbus: URL %q: partitions=%d: the partitioned mode (ordered lanes) is not implemented yet: %w",
+			cfg.redacted, cfg.partitions, driver.ErrUnsupported)
 	}
 	if v := q.Get("tls"); v != "" {
 		b, err := strconv.ParseBool(v)

@@ -23,14 +23,6 @@ const (
 	HeaderPartitionKey = "Ce-Partitionkey" // the CloudEvents partitioning extension
 )
 
-func isOwnHeader(k string) bool {
-	switch k {
-	case HeaderID, HeaderType, HeaderSource, HeaderTime, HeaderSpecVersion, HeaderPartitionKey, jetstream.MsgIDHeader:
-		return true
-	}
-	return false
-}
-
 // headerValue makes v safe in a NATS header: CR and LF would end it.
 func headerValue(v string) string {
 	if !strings.ContainsAny(v, "\r\n") {

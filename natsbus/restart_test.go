@@ -80,12 +80,6 @@ func (s *privateServer) stop() {
 	s.cmd = nil
 }
 
-func (s *privateServer) restart() {
-	s.t.Helper()
-	s.stop()
-	s.start()
-}
-
 // TestRestart publishes 20,000 unique IDs while the server restarts
 // twice, and checks that the consumer group receives every one.
 func TestRestart(t *testing.T) {

@@ -17,9 +17,8 @@ import (
 // unorderedLane is the lane of an unpartitioned topic.
 const unorderedLane = "0"
 
-// Subscribe implements driver.Conn. On an unpartitioned connection the
-// group is one durable pull consumer whose members compete for messages
-// on a single unordered lane; on a partitioned one, see partitioned.go.
+// Subscribe implements driver.Conn. The group is one durable pull
+// consumer whose members compete for messages on a single unordered lane.
 func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.SubscribeOptions) (driver.Subscriber, error) {
 	if err := c.checkOpen("subscribe", topic); err != nil {
 		return nil, err
@@ -34,10 +33,10 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 	if err != nil {
 		return nil, err
 	}
-	s := newSub(c, topic, ref, opts)
 	if ref.parts > 0 {
-		return s, s.startClaims(ctx)
+		return nil, fmt.Errorf("natsbus: subscribe %q: partitioned topics are not supported yet: %w", topic, driver.ErrUnsupported)
 	}
+	s := newSub(c, topic, ref, opts)
 	want := c.cfg.maxAckPending
 	if want == 0 {
 		want = 16 * opts.MaxInFlight
@@ -111,8 +110,7 @@ func (c *conn) consumer(ctx context.Context, ref *streamRef, name, filter string
 //
 // Goroutines: one pump per reader (a claimed lane's consumer), feeding
 // items; the keeper, sending in-progress signals for deliveries held
-// long; in partitioned mode the claimer (partitioned.go). All end in
-// Close.
+// long. All end in Close.
 type sub struct {
 	c      *conn
 	topic  string
@@ -126,7 +124,6 @@ type sub struct {
 	readers map[string]*reader // by lane
 	held    map[heldKey]*held  // deliveries not yet acked, for in-progress signals
 
-	claims    *claims // partitioned mode only
 	closeOnce sync.Once
 }
 
@@ -389,17 +386,6 @@ func (s *sub) startKeeper() {
 	}()
 }
 
-// forgetLane drops the held deliveries of r.
-func (s *sub) forgetLane(r *reader) {
-	s.mu.Lock()
-	for k := range s.held {
-		if k.r == r {
-			delete(s.held, k)
-		}
-	}
-	s.mu.Unlock()
-}
-
 // Lag implements driver.LagReader: num_pending + num_ack_pending of the
 // consumer of every lane this member holds. A failed read is Known false.
 func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
@@ -425,9 +411,6 @@ func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 // group's position) stays.
 func (s *sub) Close() error {
 	s.closeOnce.Do(func() {
-		if s.claims != nil {
-			s.claims.leave()
-		}
 		close(s.closed)
 		s.mu.Lock()
 		readers := s.readers
