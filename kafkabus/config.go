@@ -314,7 +314,13 @@ func (c *config) producerOpts(d driver.Durability) []kgo.Opt {
 		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
 	default:
 		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
-		if !c.idempotent {
+		if c.idempotent {
+			// Publish honours its context even while a request is in
+			// flight: the caller learns the outcome is unknown instead of
+			// waiting on a dead broker. Retrying such a message may store
+			// it twice, which at-least-once delivery allows (IDs tell).
+			opts = append(opts, kgo.AllowIdempotentProduceCancellation())
+		} else {
 			opts = append(opts, kgo.DisableIdempotentWrite())
 		}
 	}

@@ -103,12 +103,13 @@ type sub struct {
 
 	gate sync.RWMutex
 
-	mu        sync.Mutex
-	owned     map[int32]bool   // partitions the member may commit
-	revokedAt map[int32]uint64 // partition -> epoch of its last revocation
-	epoch     uint64
-	interrupt context.CancelFunc // ends the PollRecords of a Receive in progress
-	closed    bool
+	mu         sync.Mutex
+	owned      map[int32]bool   // partitions the member may commit
+	revokedAt  map[int32]uint64 // partition -> epoch of its last revocation
+	epoch      uint64
+	interrupt  context.CancelFunc // ends the PollRecords of a Receive in progress
+	partitions int                // partition count at the last Lag read
+	closed     bool
 
 	closeOnce sync.Once
 }
@@ -371,7 +372,18 @@ func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 	adm := s.conn.adm
 	ends, err := adm.ListEndOffsets(ctx, s.topic)
 	if err != nil && len(ends) == 0 {
-		return nil, fmt.Errorf("kafkabus: lag %q: end offsets: %w", s.topic, classify(err))
+		s.mu.Lock()
+		n := s.partitions
+		s.mu.Unlock()
+		if n == 0 {
+			return nil, fmt.Errorf("kafkabus: lag %q: end offsets: %w", s.topic, classify(err))
+		}
+		// The partitions are known from an earlier read: each is unknown.
+		lags := make([]driver.LaneLag, n)
+		for p := range lags {
+			lags[p] = driver.LaneLag{Lane: laneName(int32(p))}
+		}
+		return lags, nil
 	}
 	topicEnds := ends[s.topic]
 	if bad, ok := topicEnds[-1]; ok && bad.Err != nil {
@@ -405,6 +417,9 @@ func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 		}
 		lags = append(lags, l)
 	}
+	s.mu.Lock()
+	s.partitions = len(lags)
+	s.mu.Unlock()
 	return lags, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -88,10 +89,30 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	for i, m := range msgs {
 		recs[i] = record(topic, m)
 	}
-	results := p.ProduceSync(ctx, recs...)
+	// kgo looks at ctx only between requests; Publish returns when ctx
+	// ends even while a broker does not answer. The records then fail
+	// inside kgo (cancellation of idempotent records is allowed), which
+	// ends the goroutine.
+	done := make(chan kgo.ProduceResults, 1)
+	go func() { done <- p.ProduceSync(ctx, recs...) }()
+	var results kgo.ProduceResults
+	select {
+	case results = <-done:
+	case <-ctx.Done():
+		select {
+		case results = <-done: // finished at the same moment
+		default:
+			return fmt.Errorf("kafkabus: publish %q: %d message(s), outcome unknown: %w", topic, len(msgs), ctx.Err())
+		}
+	}
 	var errs []error
-	for i, r := range results {
+	for _, r := range results {
 		if r.Err == nil {
+			continue
+		}
+		// Results come in completion order, not in the order given.
+		i := slices.Index(recs, r.Record)
+		if i < 0 {
 			continue
 		}
 		if errs == nil {
