@@ -98,7 +98,9 @@
 // waiting in the engine) gets an in-progress signal every quarter of
 // ack_wait, for up to 10 × ack_wait (at least 5 minutes); after that the
 // server redelivers it. Unacknowledged deliveries of a member that closes
-// come back after ack_wait. Acknowledgements are written asynchronously;
+// come back after ack_wait. Each member's pull iterator prefetches up to
+// 2 × MaxInFlight messages ahead of the engine (PullMaxMessages), so
+// ack_wait runs from the prefetch. Acknowledgements are written asynchronously;
 // a lost one means a redelivery, never a loss.
 //
 // The connection reconnects forever by default; publishes and acks made
