@@ -165,7 +165,7 @@ func newSub(c *conn, topic string, ref *streamRef, opts driver.SubscribeOptions)
 }
 
 func (s *sub) newReader(lane string, cons jetstream.Consumer) (*reader, error) {
-	it, err := cons.Messages(jetstream.PullMaxMessages(2*s.opts.MaxInFlight))
+	it, err := cons.Messages(jetstream.PullMaxMessages(2 * s.opts.MaxInFlight))
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func (s *sub) pump(r *reader) {
 				return
 			}
 			r.it.Stop()
-			if it, err := r.cons.Messages(jetstream.PullMaxMessages(2*s.opts.MaxInFlight)); err == nil {
+			if it, err := r.cons.Messages(jetstream.PullMaxMessages(2 * s.opts.MaxInFlight)); err == nil {
 				r.it = it
 			}
 			continue
