@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -342,15 +343,13 @@ func (k *Consumer) Scale(ctx context.Context, n int) error {
 
 // Lag reports the group's lag per lane, from the transport. A lane whose
 // lag the transport could not read has Known false; it is never reported
-// as zero. Lag returns an error wrapping ErrUnsupported on transports
-// without lag.
+// as zero. Lag returns a *CapabilityError on transports without lag.
 func (k *Consumer) Lag(ctx context.Context) ([]LaneLag, error) {
 	k.mu.Lock()
-	var lr driver.LagReader
+	var readers []driver.LagReader
 	for _, m := range k.members {
 		if r, ok := m.sub.(driver.LagReader); ok {
-			lr = r
-			break
+			readers = append(readers, r)
 		}
 	}
 	stopping := k.stopping
@@ -358,15 +357,47 @@ func (k *Consumer) Lag(ctx context.Context) ([]LaneLag, error) {
 	if stopping {
 		return nil, fmt.Errorf("omnibus: lag %q: %w", k.topic, ErrClosed)
 	}
-	if lr == nil {
-		return nil, &CapabilityError{Scheme: k.client.scheme, Capability: "lag", Detail: "the transport cannot report lag"}
+	if _, ok := k.client.conn.(driver.GroupLagReader); ok || len(readers) == 0 {
+		return k.client.Lag(ctx, k.topic, k.cfg.group)
 	}
-	lags, err := lr.Lag(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("omnibus: lag %q group %q: %w", k.topic, k.cfg.group, err)
+	// Each member tells at least about its own lanes: take every lane's
+	// known report.
+	byLane := map[string]LaneLag{}
+	for _, r := range readers {
+		lags, err := r.Lag(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("omnibus: lag %q group %q: %w", k.topic, k.cfg.group, err)
+		}
+		for _, l := range lags {
+			if old, seen := byLane[l.Lane]; !seen || !old.Known {
+				byLane[l.Lane] = l
+			}
+		}
 	}
+	return sortLags(slices.Collect(maps.Values(byLane))), nil
+}
+
+func sortLags(lags []LaneLag) []LaneLag {
 	slices.SortFunc(lags, func(a, b LaneLag) int { return compareLanes(a.Lane, b.Lane) })
-	return lags, nil
+	return lags
+}
+
+// Lag reports a consumer group's lag per lane of topic without joining the
+// group, on transports that can (see driver.GroupLagReader); elsewhere it
+// returns a *CapabilityError.
+func (c *Client) Lag(ctx context.Context, topic, group string) ([]LaneLag, error) {
+	if err := c.checkOpen("lag", topic); err != nil {
+		return nil, err
+	}
+	r, ok := c.conn.(driver.GroupLagReader)
+	if !ok {
+		return nil, &CapabilityError{Scheme: c.scheme, Capability: "lag", Detail: "the transport cannot read a group's lag from outside the group"}
+	}
+	lags, err := r.GroupLag(ctx, topic, group)
+	if err != nil {
+		return nil, fmt.Errorf("omnibus: lag %q group %q: %w", topic, group, err)
+	}
+	return sortLags(lags), nil
 }
 
 // LaneLag is the lag of one lane; see driver.LaneLag.

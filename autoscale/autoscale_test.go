@@ -175,7 +175,7 @@ func TestStalledLaneDoesNotScaleUp(t *testing.T) {
 	defer k.Close()
 	go k.Run(ctx)
 	rec := &recorder{}
-	ctl, err := autoscale.New(k, autoscale.Policy{TargetLag: 10, Interval: 50 * time.Millisecond, UpCooldown: time.Millisecond, Logger: quiet(), OnDecision: rec.add})
+	ctl, err := autoscale.New(k, autoscale.Policy{TargetLag: 60, Interval: 50 * time.Millisecond, UpCooldown: time.Millisecond, Logger: quiet(), OnDecision: rec.add})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -266,9 +266,18 @@ type Committer interface {
 	Commit(ctx context.Context, ds []*Delivery) error
 }
 
-// LagReader reports the group's lag on the lanes this member holds.
+// LagReader reports the group's lag per lane: every lane of the topic the
+// transport can tell about, and at least the lanes this member holds.
 type LagReader interface {
 	Lag(ctx context.Context) ([]LaneLag, error)
+}
+
+// GroupLagReader is implemented by a Conn that can read a consumer group's
+// lag on every lane of a topic without joining the group (joining would
+// take lanes from the group's members). It returns an error wrapping
+// ErrNotFound when the topic or the group does not exist.
+type GroupLagReader interface {
+	GroupLag(ctx context.Context, topic, group string) ([]LaneLag, error)
 }
 
 // LaneLag is the lag of one lane. Known is false when the transport could

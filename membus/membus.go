@@ -501,14 +501,37 @@ var ErrNotOwner = errors.New("partition not owned by this member")
 // Lag implements driver.LagReader: end offset minus committed offset for
 // every partition of the topic.
 func (s *sub) Lag(context.Context) ([]driver.LaneLag, error) {
-	t := s.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	return s.t.lagLocked(s.g), nil
+}
+
+func (t *topic) lagLocked(g *group) []driver.LaneLag {
 	lags := make([]driver.LaneLag, len(t.parts))
 	for p, part := range t.parts {
-		lags[p] = driver.LaneLag{Lane: part.lane, Lag: int64(len(part.log)) - s.g.committed[p], Known: true}
+		lags[p] = driver.LaneLag{Lane: part.lane, Lag: int64(len(part.log)) - g.committed[p], Known: true}
 	}
-	return lags, nil
+	return lags
+}
+
+// GroupLag implements driver.GroupLagReader.
+func (c *conn) GroupLag(_ context.Context, topic, group string) ([]driver.LaneLag, error) {
+	if err := c.checkOpen("lag", topic); err != nil {
+		return nil, err
+	}
+	c.bus.mu.Lock()
+	t := c.bus.topics[topic]
+	c.bus.mu.Unlock()
+	if t == nil {
+		return nil, fmt.Errorf("membus: lag: topic %q: %w", topic, driver.ErrNotFound)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.groups[group]
+	if g == nil {
+		return nil, fmt.Errorf("membus: lag: group %q of topic %q: %w", group, topic, driver.ErrNotFound)
+	}
+	return t.lagLocked(g), nil
 }
 
 // Close implements driver.Subscriber: the member revokes its own
