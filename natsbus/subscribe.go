@@ -148,6 +148,7 @@ type item struct {
 type reader struct {
 	lane    string
 	cons    jetstream.Consumer
+	itMu    sync.Mutex // guards it, replaced by the pump after an error
 	it      jetstream.MessagesContext
 	stopped atomic.Bool
 	stop    chan struct{}
@@ -183,7 +184,10 @@ func (s *sub) pump(r *reader) {
 	defer close(r.done)
 	failures := 0
 	for {
-		msg, err := r.it.Next()
+		r.itMu.Lock()
+		it := r.it
+		r.itMu.Unlock()
+		msg, err := it.Next()
 		if err != nil {
 			if r.stopped.Load() {
 				return
@@ -205,9 +209,14 @@ func (s *sub) pump(r *reader) {
 			case <-r.stop:
 				return
 			}
-			r.it.Stop()
-			if it, err := r.cons.Messages(jetstream.PullMaxMessages(2 * s.opts.MaxInFlight)); err == nil {
-				r.it = it
+			it.Stop()
+			if next, err := r.cons.Messages(jetstream.PullMaxMessages(2 * s.opts.MaxInFlight)); err == nil {
+				r.itMu.Lock()
+				r.it = next
+				r.itMu.Unlock()
+				if r.stopped.Load() {
+					next.Stop()
+				}
 			}
 			continue
 		}
@@ -226,7 +235,9 @@ func (s *sub) pump(r *reader) {
 func (r *reader) stopAndWait() {
 	if r.stopped.CompareAndSwap(false, true) {
 		close(r.stop)
+		r.itMu.Lock()
 		r.it.Stop()
+		r.itMu.Unlock()
 	}
 }
 
