@@ -73,12 +73,14 @@
 // A message is one record: Key is the record key, Body the value, and the
 // other fields travel as CloudEvents binary-mode headers (Kafka protocol
 // binding) so any client can read them: ce_specversion (1.0), ce_id,
-// ce_type, ce_source and ce_time (RFC 3339 with nanoseconds; the record
-// timestamp is the message time too). User headers travel as record
-// headers as they are; user headers with those five names are ignored.
-// A record without ce_id (from another client) gets the ID
+// ce_type, ce_source and ce_time (RFC 3339 with nanoseconds). User
+// headers travel as record headers as they are; user headers with those
+// five names are ignored. The record timestamp is the publish time, as
+// with the Java producer, so retention counts from when a message was
+// written: a dead letter of an old message is not expired at once. A
+// record without ce_id (from another client) gets the ID
 // "<topic>/<partition>/<offset>", which stays the same on redelivery; one
-// without ce_time gets the record timestamp.
+// without ce_time gets the record timestamp as its Time.
 //
 // Keys pick partitions with Kafka's default partitioner (murmur2 of the
 // key, as the Java client), so omnibus and Java producers put a key on

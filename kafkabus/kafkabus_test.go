@@ -475,3 +475,36 @@ func TestSASL(t *testing.T) {
 	}
 	t.Logf("wrong password: %v", err)
 }
+
+// TestOldMessage: a message whose Time is long past (a dead letter, an
+// outbox relay) publishes and keeps its Time; the record timestamp is the
+// publish time, so neither the delivery timeout nor retention counts from
+// the message's Time.
+func TestOldMessage(t *testing.T) {
+	cluster := newCluster(t, kfake.SeedTopics(1, "old"))
+	c := open(t, clusterURL(cluster, "delivery_timeout=1s"))
+	when := time.Now().Add(-365 * 24 * time.Hour).UTC()
+	m := &omnibus.Message{Time: when, Body: []byte("from last year")}
+	if err := c.Publish(ctxT(t), "old", m); err != nil {
+		t.Fatalf("Publish of a year-old message: %v", err)
+	}
+	var mu sync.Mutex
+	var got *omnibus.Message
+	k, err := c.Subscribe(ctxT(t), "old", func(ctx context.Context, m *omnibus.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		cp := *m
+		got = &cp
+		return nil
+	}, omnibus.StartFrom(omnibus.StartEarliest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, k)
+	eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return got != nil }, func() string { return "not received" })
+	mu.Lock()
+	defer mu.Unlock()
+	if !got.Time.Equal(when) {
+		t.Errorf("Time %v, want %v", got.Time, when)
+	}
+}

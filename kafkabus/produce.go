@@ -57,7 +57,12 @@ func record(topic string, m *driver.Message) *kgo.Record {
 			hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
 		}
 	}
-	r := &kgo.Record{Topic: topic, Value: m.Body, Headers: hs, Timestamp: m.Time}
+	// The record timestamp is the publish time (kgo sets it), as with the
+	// Java producer: retention and delivery timeouts count from it, so a
+	// message re-published long after its Time (a dead letter, an outbox
+	// relay) is neither expired at once nor timed out. Time travels in
+	// ce_time.
+	r := &kgo.Record{Topic: topic, Value: m.Body, Headers: hs}
 	if m.Key != "" {
 		r.Key = []byte(m.Key)
 	}
