@@ -96,7 +96,7 @@ func (c *Client) subscribe(ctx context.Context, topic string, h Handler, bh Batc
 		return nil, err
 	}
 	if cfg.group == "" {
-		cfg.group = "omnibus-" + NewID()
+		cfg.group, cfg.ephemeral = "omnibus-"+NewID(), true
 	}
 	k := &Consumer{
 		client:  c,
@@ -159,6 +159,7 @@ func (k *Consumer) addMember(ctx context.Context) (*member, error) {
 	m := newMember(k, id)
 	sub, err := k.client.conn.Subscribe(ctx, k.topic, driver.SubscribeOptions{
 		Group:       k.cfg.group,
+		Ephemeral:   k.cfg.ephemeral,
 		StartAt:     k.cfg.startAt,
 		MaxInFlight: k.cfg.maxInFlight,
 		Lanes:       m,

@@ -12,6 +12,10 @@ import (
 // an error retries it after a backoff, up to MaxAttempts; an error wrapped
 // with [Permanent] dead-letters it at once. A panic is recovered and
 // counts as a retryable failure.
+//
+// The message belongs to the engine: the handler must not keep it, or its
+// Body, after returning (the engine drops the body once the message is
+// settled, so that messages held for a lane's watermark cost no memory).
 type Handler func(ctx context.Context, m *Message) error
 
 // BatchHandler handles a batch of messages. Returning nil settles every
@@ -103,6 +107,7 @@ type SubscribeOption func(*consumerConfig) error
 
 type consumerConfig struct {
 	group         string
+	ephemeral     bool
 	startAt       StartAt
 	ordering      Ordering
 	maxInFlight   int

@@ -186,8 +186,12 @@ const (
 // SubscribeOptions are the settings of one group member.
 type SubscribeOptions struct {
 	// Group names the consumer group. Never empty: the portable layer
-	// generates a throwaway name when the user gives none.
+	// generates a name when the user gives none, and sets Ephemeral.
 	Group string
+	// Ephemeral is true when the group was not named by the user and
+	// nobody will resume it: the driver may use a consumer the server
+	// removes when the member leaves (or soon after).
+	Ephemeral bool
 	// StartAt applies when the group has no committed position yet.
 	StartAt StartAt
 	// MaxInFlight is the engine's bound on messages received and not yet
