@@ -43,7 +43,8 @@ func cleanupSuiteStreams(t *testing.T, serverURL string) {
 		defer cancel()
 		var del []string
 		for n := range js.StreamNames(ctx).Name() {
-			if strings.HasPrefix(strings.ToLower(n), strings.ToLower(prefix)) {
+			// The topics' streams, and the lease buckets of their groups.
+			if l := strings.ToLower(n); strings.HasPrefix(l, strings.ToLower(prefix)) || strings.HasPrefix(l, "kv_"+strings.ToLower(prefix)) {
 				del = append(del, n)
 			}
 		}
@@ -64,4 +65,18 @@ func TestConformanceEmbedded(t *testing.T) {
 	// last; the data directory keeps the streams in between.
 	dir := t.TempDir()
 	transporttest.Run(t, harness("nats://embedded?ack_wait=5s&dir="+dir, 1))
+}
+
+// partitionedParams make the partitioned mode's leases react in test time.
+const partitionedParams = "partitions=4&lease_ttl=2s&rebalance_interval=100ms"
+
+func TestConformancePartitionedExternal(t *testing.T) {
+	u := externalURL(t)
+	cleanupSuiteStreams(t, u)
+	transporttest.Run(t, harness(u+"?ack_wait=5s&"+partitionedParams, 4))
+}
+
+func TestConformancePartitionedEmbedded(t *testing.T) {
+	dir := t.TempDir()
+	transporttest.Run(t, harness("nats://embedded?ack_wait=5s&"+partitionedParams+"&dir="+dir, 4))
 }

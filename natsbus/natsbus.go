@@ -72,6 +72,8 @@ type config struct {
 	dupeWindow    time.Duration
 	storage       jetstream.StorageType
 	inactive      time.Duration
+	leaseTTL      time.Duration
+	rebalance     time.Duration
 
 	dir        string
 	maxPayload int
@@ -82,12 +84,13 @@ var knownParams = []string{
 	"connect_timeout", "reconnect_wait", "max_reconnects",
 	"partitions", "ack_wait", "max_ack_pending", "publish_window", "publish_timeout",
 	"replicas", "max_age", "dupe_window", "storage", "inactive_threshold",
+	"lease_ttl", "rebalance_interval",
 	"dir", "max_payload",
 }
 
 func parseURL(u *url.URL) (*config, error) {
 	if err := driver.CheckParams(u, knownParams...); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("natsbus: %w", err)
 	}
 	cfg := &config{
 		redacted:       u.Redacted(),
@@ -102,6 +105,8 @@ func parseURL(u *url.URL) (*config, error) {
 		replicas:       1,
 		dupeWindow:     DefaultDupeWindow,
 		storage:        jetstream.FileStorage,
+		leaseTTL:       DefaultLeaseTTL,
+		rebalance:      DefaultRebalanceInterval,
 	}
 	bad := func(name, v, want string) error {
 		return fmt.Errorf("natsbus: URL %q: %s=%q, want %s: %w", cfg.redacted, name, v, want, driver.ErrInvalid)
@@ -140,6 +145,8 @@ func parseURL(u *url.URL) (*config, error) {
 		{"max_age", &cfg.maxAge, true},
 		{"dupe_window", &cfg.dupeWindow, false},
 		{"inactive_threshold", &cfg.inactive, true},
+		{"lease_ttl", &cfg.leaseTTL, false},
+		{"rebalance_interval", &cfg.rebalance, false},
 	}
 	for _, p := range durs {
 		if v := q.Get(p.name); v != "" {
@@ -150,9 +157,8 @@ func parseURL(u *url.URL) (*config, error) {
 			*p.dst = d
 		}
 	}
-	if cfg.partitions > 0 {
-		return nil, fmt.Errorf("natsbus: URL %q: partitions=%d: the partitioned mode (ordered lanes) is not implemented yet: %w",
-			cfg.redacted, cfg.partitions, driver.ErrUnsupported)
+	if cfg.leaseTTL < minLeaseTTL {
+		return nil, bad("lease_ttl", q.Get("lease_ttl"), "a duration of at least "+minLeaseTTL.String())
 	}
 	if v := q.Get("tls"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -227,10 +233,34 @@ type conn struct {
 	sem chan struct{}
 	rr  atomic.Uint64
 
-	mu      sync.Mutex
-	closed  bool
-	streams map[string]*streamRef // by topic
-	subs    map[subscriber]struct{}
+	mu        sync.Mutex
+	closed    bool
+	streams   map[string]*streamRef // by topic
+	subs      map[subscriber]struct{}
+	ephemeral map[ephemeralGroup]int // members of throwaway groups on this connection
+}
+
+// ephemeralGroup names a throwaway group: only this connection knows its
+// generated name, so its members all live here.
+type ephemeralGroup struct{ stream, group string }
+
+func (c *conn) joinEphemeral(stream, group string) {
+	c.mu.Lock()
+	c.ephemeral[ephemeralGroup{stream, group}]++
+	c.mu.Unlock()
+}
+
+// leaveEphemeral reports whether the member leaving was the group's last.
+func (c *conn) leaveEphemeral(stream, group string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := ephemeralGroup{stream, group}
+	c.ephemeral[k]--
+	if c.ephemeral[k] > 0 {
+		return false
+	}
+	delete(c.ephemeral, k)
+	return true
 }
 
 type subscriber interface {
@@ -244,7 +274,8 @@ type streamRef struct {
 }
 
 func open(ctx context.Context, cfg *config) (*conn, error) {
-	c := &conn{cfg: cfg, sem: make(chan struct{}, cfg.publishWindow), streams: map[string]*streamRef{}, subs: map[subscriber]struct{}{}}
+	c := &conn{cfg: cfg, sem: make(chan struct{}, cfg.publishWindow), streams: map[string]*streamRef{}, subs: map[subscriber]struct{}{},
+		ephemeral: map[ephemeralGroup]int{}}
 	opts := []nats.Option{
 		nats.Name(cfg.name),
 		nats.MaxReconnects(cfg.maxReconnects),

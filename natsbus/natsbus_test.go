@@ -62,7 +62,7 @@ func deleteStreams(t testing.TB, serverURL, topic string) {
 	names := js.StreamNames(ctx)
 	var del []string
 	for n := range names.Name() {
-		if strings.HasPrefix(n, prefix) {
+		if strings.HasPrefix(n, prefix) || strings.HasPrefix(n, "KV_"+prefix) { // and its groups' lease buckets
 			del = append(del, n)
 		}
 	}

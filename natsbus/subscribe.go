@@ -17,8 +17,9 @@ import (
 // unorderedLane is the lane of an unpartitioned topic.
 const unorderedLane = "0"
 
-// Subscribe implements driver.Conn. The group is one durable pull
-// consumer whose members compete for messages on a single unordered lane.
+// Subscribe implements driver.Conn. On an unpartitioned topic the group
+// is one durable pull consumer whose members compete for messages on a
+// single unordered lane; on a partitioned topic see subscribePartitioned.
 func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.SubscribeOptions) (driver.Subscriber, error) {
 	if err := c.checkOpen("subscribe", topic); err != nil {
 		return nil, err
@@ -34,14 +35,11 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		return nil, err
 	}
 	if ref.parts > 0 {
-		return nil, fmt.Errorf("natsbus: subscribe %q: partitioned topics are not supported yet: %w", topic, driver.ErrUnsupported)
+		return c.subscribePartitioned(ctx, topic, ref, opts)
 	}
 	s := newSub(c, topic, ref, opts)
-	want := c.cfg.maxAckPending
-	if want == 0 {
-		want = 16 * opts.MaxInFlight
-	}
-	cons, err := c.consumer(ctx, ref, safeName(opts.Group), "", opts.StartAt, want)
+	name := safeName(opts.Group)
+	cons, err := c.consumer(ctx, ref, name, consumerSpec{start: opts.StartAt, maxAckPending: s.maxAckPending(), ephemeral: opts.Ephemeral})
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: subscribe %q group %q: %w", topic, opts.Group, err)
 	}
@@ -53,6 +51,14 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		r.stopAndWait()
 		return nil, fmt.Errorf("natsbus: subscribe %q: %w", topic, err)
 	}
+	if opts.Ephemeral {
+		c.joinEphemeral(ref.name, opts.Group)
+		s.cleanup = func(ctx context.Context) {
+			if c.leaveEphemeral(ref.name, opts.Group) {
+				_ = c.js.DeleteConsumer(ctx, ref.name, name)
+			}
+		}
+	}
 	opts.Lanes.Claimed([]string{unorderedLane})
 	s.mu.Lock()
 	s.readers[unorderedLane] = r
@@ -62,18 +68,42 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 	return s, nil
 }
 
+// maxAckPending is the consumer's MaxAckPending: the URL's, or 16 ×
+// MaxInFlight.
+func (s *sub) maxAckPending() int {
+	if n := s.c.cfg.maxAckPending; n > 0 {
+		return n
+	}
+	return 16 * s.opts.MaxInFlight
+}
+
+// DefaultEphemeralInactive is how long the server keeps the consumer of a
+// throwaway group (one the user did not name) after its last member
+// stopped pulling, when the URL sets no inactive_threshold. Members that
+// leave normally delete it at once; this covers a crashed process.
+const DefaultEphemeralInactive = 5 * time.Minute
+
+// consumerSpec is how a group's consumer is created when it is missing.
+type consumerSpec struct {
+	filter        string // partition subject; "" for the whole stream
+	start         driver.StartAt
+	startSeq      uint64 // > 0: DeliverByStartSequence (partitioned groups)
+	maxAckPending int
+	ephemeral     bool
+}
+
 // consumer returns the durable consumer name of stream ref, creating it
-// when missing. An existing consumer keeps its position and delivery
-// policy; its MaxAckPending is raised to maxAckPending when lower.
-func (c *conn) consumer(ctx context.Context, ref *streamRef, name, filter string, start driver.StartAt, maxAckPending int) (jetstream.Consumer, error) {
+// as spec says when missing. An existing consumer keeps its position and
+// delivery policy; its MaxAckPending is raised to spec's when lower.
+func (c *conn) consumer(ctx context.Context, ref *streamRef, name string, spec consumerSpec) (jetstream.Consumer, error) {
 	for try := 0; ; try++ {
 		cons, err := c.js.Consumer(ctx, ref.name, name)
 		if err == nil {
 			cfg := cons.CachedInfo().Config
-			if cfg.MaxAckPending >= maxAckPending || cfg.MaxAckPending < 0 {
+			if cfg.MaxAckPending >= spec.maxAckPending || cfg.MaxAckPending < 0 {
 				return cons, nil
 			}
-			cfg.MaxAckPending = maxAckPending
+			cfg.MaxAckPending = spec.maxAckPending
 			up, err := c.js.UpdateConsumer(ctx, ref.name, cfg)
 			if err != nil {
 				return cons, nil // keep the smaller window rather than fail
@@ -89,12 +119,21 @@ func (c *conn) consumer(ctx context.Context, ref *streamRef, name, filter string
 			AckPolicy:         jetstream.AckExplicitPolicy,
 			AckWait:           c.cfg.ackWait,
 			MaxDeliver:        -1, // the engine counts attempts and dead-letters
-			MaxAckPending:     maxAckPending,
-			FilterSubject:     filter,
+			MaxAckPending:     spec.maxAckPending,
+			FilterSubject:     spec.filter,
 			InactiveThreshold: c.cfg.inactive,
 		}
-		if start == driver.StartEarliest {
+		switch {
+		case spec.start == driver.StartEarliest:
 			cc.DeliverPolicy = jetstream.DeliverAllPolicy
+		case spec.startSeq > 0:
+			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, spec.startSeq
+		}
+		if spec.ephemeral {
+			cc.Description = "omnibus throwaway group"
+			if cc.InactiveThreshold == 0 {
+				cc.InactiveThreshold = DefaultEphemeralInactive
+			}
 		}
 		cons, err = c.js.CreateConsumer(ctx, ref.name, cc)
 		if err == nil {
@@ -110,7 +149,8 @@ func (c *conn) consumer(ctx context.Context, ref *streamRef, name, filter string
 //
 // Goroutines: one pump per reader (a claimed lane's consumer), feeding
 // items; the keeper, sending in-progress signals for deliveries held
-// long. All end in Close.
+// long; in partitioned mode the lease goroutines (see partitioned). All
+// end in Close.
 type sub struct {
 	c      *conn
 	topic  string
@@ -119,6 +159,13 @@ type sub struct {
 	items  chan item
 	closed chan struct{}
 	wg     sync.WaitGroup
+
+	wake   chan struct{} // makes a Receive in progress return: a lane is going
+	part   *partitioned  // nil on an unpartitioned topic
+
+	// cleanup runs in Close after the readers stopped (ephemeral groups
+	// delete their consumer there); nil when there is nothing to do.
+	cleanup func(ctx context.Context)
 
 	mu      sync.Mutex
 	readers map[string]*reader // by lane
@@ -153,6 +200,24 @@ type reader struct {
 	stopped atomic.Bool
 	stop    chan struct{}
 	done    chan struct{}
+
+	// Partitioned mode: the lane's lease. After deadline (unix
+	// nanoseconds; 0 without a lease) or once lost, the lane may belong
+	// to another member: nothing more of it is delivered, acknowledged or
+	// kept in progress.
+	deadline atomic.Int64
+	lost     atomic.Bool
+	acked    atomic.Uint64 // highest stream sequence acknowledged
+}
+
+// valid reports whether r's deliveries may still be handed out and
+// acknowledged.
+func (r *reader) valid(now time.Time) bool {
+	if r.lost.Load() {
+		return false
+	}
+	dl := r.deadline.Load()
+	return dl == 0 || now.UnixNano() < dl
 }
 
 func newSub(c *conn, topic string, ref *streamRef, opts driver.SubscribeOptions) *sub {
@@ -160,6 +225,7 @@ func newSub(c *conn, topic string, ref *streamRef, opts driver.SubscribeOptions)
 		c: c, topic: topic, ref: ref, opts: opts,
 		items:   make(chan item, 64),
 		closed:  make(chan struct{}),
+		wake:    make(chan struct{}, 1),
 		readers: map[string]*reader{},
 		held:    map[heldKey]*held{},
 	}
@@ -253,6 +319,8 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 			if d != nil {
 				ds = append(ds, d)
 			}
+		case <-s.wake:
+			return nil, nil // a lane is being revoked or lost
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-s.closed:
@@ -279,7 +347,7 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 
 // delivery converts an item; nil when it belongs to a lane given up.
 func (s *sub) delivery(it item) (*driver.Delivery, error) {
-	if it.r.stopped.Load() {
+	if it.r.stopped.Load() || !it.r.valid(time.Now()) {
 		return nil, nil
 	}
 	if it.err != nil {
@@ -311,9 +379,12 @@ func (s *sub) delivery(it item) (*driver.Delivery, error) {
 }
 
 // take removes the deliveries from the held set and returns their
-// messages.
-func (s *sub) take(ds []*driver.Delivery) []jetstream.Msg {
+// messages, leaving out those of lanes whose lease ran out (the lane's
+// next owner reads them again). With ack, it records the highest
+// sequence acknowledged per reader.
+func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
 	msgs := make([]jetstream.Msg, 0, len(ds))
+	now := time.Now()
 	s.mu.Lock()
 	for _, d := range ds {
 		k, ok := d.Token.(heldKey)
@@ -322,7 +393,12 @@ func (s *sub) take(ds []*driver.Delivery) []jetstream.Msg {
 		}
 		if h := s.held[k]; h != nil {
 			delete(s.held, k)
-			msgs = append(msgs, h.msg)
+			if k.r.valid(now) {
+				msgs = append(msgs, h.msg)
+				if ack && k.seq > k.r.acked.Load() {
+					k.r.acked.Store(k.seq) // under s.mu: no lost update
+				}
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -333,7 +409,7 @@ func (s *sub) take(ds []*driver.Delivery) []jetstream.Msg {
 // connection; a lost one means a redelivery, never a loss.
 func (s *sub) Ack(_ context.Context, ds []*driver.Delivery) error {
 	var errs []error
-	for _, m := range s.take(ds) {
+	for _, m := range s.take(ds, true) {
 		if err := m.Ack(); err != nil {
 			errs = append(errs, err)
 		}
@@ -347,7 +423,7 @@ func (s *sub) Ack(_ context.Context, ds []*driver.Delivery) error {
 // Nack implements driver.Nacker with NakWithDelay.
 func (s *sub) Nack(_ context.Context, ds []*driver.Delivery, delay time.Duration) error {
 	var errs []error
-	for _, m := range s.take(ds) {
+	for _, m := range s.take(ds, false) {
 		if err := m.NakWithDelay(delay); err != nil {
 			errs = append(errs, err)
 		}
@@ -381,6 +457,9 @@ func (s *sub) startKeeper() {
 				s.mu.Lock()
 				for k, h := range s.held {
 					switch {
+					case !k.r.valid(now):
+						delete(s.held, k) // the lease ran out
+
 					case now.Sub(h.first) > s.maxHold():
 						delete(s.held, k) // let the server redeliver it
 					case now.Sub(h.since) > wait/2:
@@ -418,20 +497,35 @@ func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 }
 
 // Close implements driver.Subscriber: it stops reading. Unacknowledged
-// deliveries are redelivered after AckWait; the durable consumer (the
-// group's position) stays.
+// deliveries are redelivered after AckWait (in partitioned mode the
+// member first releases its leases; see the package documentation); the
+// durable consumer (the group's position) stays, except for a throwaway
+// group's last member, which deletes it.
 func (s *sub) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
+		if s.part != nil {
+			s.part.stop()
+		}
 		s.mu.Lock()
 		readers := s.readers
 		s.readers = map[string]*reader{}
-		s.held = map[heldKey]*held{}
 		s.mu.Unlock()
 		for _, r := range readers {
 			r.stopAndWait()
 		}
 		s.wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if s.part != nil {
+			s.part.leave(ctx)
+		}
+		s.mu.Lock()
+		s.held = map[heldKey]*held{}
+		s.mu.Unlock()
+		if s.cleanup != nil {
+			s.cleanup(ctx)
+		}
 		s.c.removeSub(s)
 	})
 	return nil

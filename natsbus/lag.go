@@ -1,0 +1,76 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// GroupLag implements driver.GroupLagReader: num_pending +
+// num_ack_pending of the group's consumer on every lane of topic, read
+// with consumer info requests (it does not join the group). An
+// unpartitioned topic has one lane, "0"; a partitioned one a lane per
+// partition, whose consumer may be missing for a moment while a new
+// owner resets it (that lane is then Known false). A missing stream, or a
+// group without any consumer, is an error wrapping ErrNotFound.
+func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.LaneLag, error) {
+	if err := c.checkOpen("lag", topic); err != nil {
+		return nil, err
+	}
+	if err := checkTopic("lag", topic); err != nil {
+		return nil, err
+	}
+	fail := func(err error) ([]driver.LaneLag, error) {
+		return nil, fmt.Errorf("natsbus: lag %q group %q: %w", topic, group, err)
+	}
+	name := streamName(topic)
+	st, err := c.js.Stream(ctx, name)
+	if err != nil {
+		return fail(classify(err))
+	}
+	// The layout comes from the stream, whatever this URL's partitions.
+	subs := st.CachedInfo().Config.Subjects
+	consumers := []string{safeName(group)}
+	if !(len(subs) == 1 && subs[0] == topic) {
+		n := 0
+		for n < len(subs) && slices.Contains(subs, partitionSubject(topic, n)) {
+			n++
+		}
+		if n == 0 {
+			return fail(fmt.Errorf("stream %q has subjects %v, not an omnibus topic's: %w", name, subs, driver.ErrInvalid))
+		}
+		consumers = make([]string, n)
+		for p := range n {
+			consumers[p] = partitionConsumer(group, p)
+		}
+	}
+	lags := make([]driver.LaneLag, len(consumers))
+	found := 0
+	var firstErr error
+	for p, cn := range consumers {
+		lags[p].Lane = strconv.Itoa(p)
+		cons, err := c.js.Consumer(ctx, name, cn)
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrConsumerNotFound) && firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		found++
+		info := cons.CachedInfo()
+		lags[p].Lag, lags[p].Known = int64(info.NumPending)+int64(info.NumAckPending), true
+	}
+	if found == 0 {
+		if firstErr != nil {
+			return fail(classify(firstErr))
+		}
+		return fail(fmt.Errorf("no consumer for the group on stream %q: %w", name, driver.ErrNotFound))
+	}
+	return lags, nil
+}
