@@ -1,0 +1,27 @@
+package natsbus
+
+import (
+	"context"
+	"net/url"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// OpenConn opens rawURL as omnibus.Open would and also returns the NATS
+// connection, so a test can cut it as a crash would.
+func OpenConn(ctx context.Context, rawURL string) (driver.Conn, *nats.Conn, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	q := u.Query()
+	q.Del("durability")
+	u.RawQuery = q.Encode()
+	c, err := opener{}.Open(ctx, u)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, c.(*conn).nc, nil
+}
