@@ -269,7 +269,7 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 		e.base = d.Attempt - 1
 	}
 	fromDelivery(&e.msg, m.k.topic, d)
-	e.size = e.msg.Size()
+	e.size = d.Size()
 	l.inflight++
 	m.inflight++
 	m.bytes += e.size

@@ -56,16 +56,6 @@ type Message struct {
 	Attempt int
 }
 
-// Size is the size the engine accounts for the message: body, key, ID,
-// type, source and headers.
-func (m *Message) Size() int {
-	n := len(m.Body) + len(m.Key) + len(m.ID) + len(m.Type) + len(m.Source)
-	for k, v := range m.Headers {
-		n += len(k) + len(v)
-	}
-	return n
-}
-
 // idPrefix makes IDs from different processes distinct; the counter makes
 // them distinct inside one.
 var (
