@@ -38,6 +38,7 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		conn:      c,
 		topic:     topic,
 		group:     opts.Group,
+		ephemeral: opts.Ephemeral,
 		start:     opts.StartAt,
 		lanes:     opts.Lanes,
 		joined:    make(chan struct{}),
@@ -94,9 +95,12 @@ type sub struct {
 	conn  *conn
 	topic string
 	group string
-	start driver.StartAt
-	lanes driver.Lanes
-	cl    *kgo.Client
+	// ephemeral groups (named by omnibus, never resumed) are deleted
+	// when their last member leaves.
+	ephemeral bool
+	start     driver.StartAt
+	lanes     driver.Lanes
+	cl        *kgo.Client
 
 	joined   chan struct{}
 	joinOnce sync.Once
@@ -428,6 +432,12 @@ func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 func (s *sub) Close() error {
 	s.closeOnce.Do(func() {
 		s.cl.Close()
+		if s.ephemeral {
+			// Fails while other members remain; the last one succeeds.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = s.conn.adm.DeleteGroup(ctx, s.group)
+			cancel()
+		}
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()

@@ -104,6 +104,8 @@
 // commits from inside the revocation, and only then does the group move
 // it; commits for partitions the member no longer holds are never sent.
 // Lost partitions (an expired session) are abandoned without a commit.
+// A group omnibus named itself (no Group option) is deleted from Kafka
+// when its last member leaves.
 // Delivery is at least once.
 //
 // A new group starts at the end of each partition (StartLatest) or at the
