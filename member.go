@@ -180,12 +180,19 @@ func (m *member) emit(e Event) {
 
 // --- fetching and dispatch ---
 
+// room is how many deliveries the fetch loop may ask for now. Once
+// messages are in flight it waits until a quarter of the bound is free, so
+// that Receive returns batches rather than one message per settlement.
 func (m *member) room() int {
 	cfg := &m.k.cfg
 	if m.revokes > 0 || m.bytes >= cfg.maxBytes || m.pending >= 16*cfg.maxInFlight {
 		return 0
 	}
-	return cfg.maxInFlight - m.inflight
+	n := cfg.maxInFlight - m.inflight
+	if m.inflight > 0 && n < max(1, cfg.maxInFlight/4) {
+		return 0
+	}
+	return n
 }
 
 func (m *member) fetchLoop(ctx context.Context) {
@@ -624,6 +631,9 @@ func (m *member) ackLocked(e *entry) {
 // releaseLocked gives e up unsettled: the transport delivers it again.
 func (m *member) releaseLocked(e *entry) { m.forgetLocked(e) }
 
+// settleLoop sends acknowledgements as they come, coalesced, and commits
+// positions at most once per CommitInterval: acknowledgements free the
+// transport's prefetch window, commits only bound redelivery after a crash.
 func (m *member) settleLoop() {
 	defer close(m.settleDone)
 	for {
@@ -631,6 +641,16 @@ func (m *member) settleLoop() {
 		case <-m.settleCh:
 			m.flush(m.ctx, nil)
 		case <-m.settleStop:
+			return
+		}
+		if m.committer == nil {
+			continue
+		}
+		t := time.NewTimer(m.k.cfg.commitInterval)
+		select {
+		case <-t.C:
+		case <-m.settleStop:
+			t.Stop()
 			return
 		}
 	}

@@ -106,39 +106,41 @@ func ParseOrdering(s string) (Ordering, error) {
 type SubscribeOption func(*consumerConfig) error
 
 type consumerConfig struct {
-	group         string
-	ephemeral     bool
-	startAt       StartAt
-	ordering      Ordering
-	maxInFlight   int
-	maxBytes      int
-	maxAttempts   int
-	backoffMin    time.Duration
-	backoffMax    time.Duration
-	deadLetter    string
-	drainTimeout  time.Duration
-	consumers     int
-	observer      func(Event)
-	batchCount    int
-	batchBytes    int
-	batchPeriod   time.Duration
-	commitTimeout time.Duration
+	group          string
+	ephemeral      bool
+	startAt        StartAt
+	ordering       Ordering
+	maxInFlight    int
+	maxBytes       int
+	maxAttempts    int
+	backoffMin     time.Duration
+	backoffMax     time.Duration
+	deadLetter     string
+	drainTimeout   time.Duration
+	consumers      int
+	observer       func(Event)
+	batchCount     int
+	batchBytes     int
+	batchPeriod    time.Duration
+	commitTimeout  time.Duration
+	commitInterval time.Duration
 }
 
 func defaultConsumerConfig(topic string) consumerConfig {
 	return consumerConfig{
-		maxInFlight:   256,
-		maxBytes:      64 << 20,
-		maxAttempts:   5,
-		backoffMin:    100 * time.Millisecond,
-		backoffMax:    10 * time.Second,
-		deadLetter:    topic + ".dlq",
-		drainTimeout:  30 * time.Second,
-		consumers:     1,
-		batchCount:    100,
-		batchBytes:    1 << 20,
-		batchPeriod:   50 * time.Millisecond,
-		commitTimeout: 10 * time.Second,
+		maxInFlight:    256,
+		maxBytes:       64 << 20,
+		maxAttempts:    5,
+		backoffMin:     100 * time.Millisecond,
+		backoffMax:     10 * time.Second,
+		deadLetter:     topic + ".dlq",
+		drainTimeout:   30 * time.Second,
+		consumers:      1,
+		batchCount:     100,
+		batchBytes:     1 << 20,
+		batchPeriod:    50 * time.Millisecond,
+		commitTimeout:  10 * time.Second,
+		commitInterval: 100 * time.Millisecond,
 	}
 }
 
@@ -270,6 +272,22 @@ func DrainTimeout(d time.Duration) SubscribeOption {
 			return err
 		}
 		c.drainTimeout = d
+		return nil
+	}
+}
+
+// CommitInterval is the least time between two commits of positions on
+// logs: settled messages are committed together, at most this often, and
+// at once when lanes are revoked or the consumer shuts down. A crash
+// redelivers at most about this long's worth of settled messages.
+// Acknowledgements on brokers are not delayed. Default: 100ms. Kafka: it
+// takes the place of auto.commit.interval.ms.
+func CommitInterval(d time.Duration) SubscribeOption {
+	return func(c *consumerConfig) error {
+		if err := positiveDuration("CommitInterval", d); err != nil {
+			return err
+		}
+		c.commitInterval = d
 		return nil
 	}
 }
