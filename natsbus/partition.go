@@ -36,9 +36,9 @@ const (
 //     group, holding "p.<partition>" = owner's member ID and
 //     "m.<member ID>" = a member's heartbeat.
 func partitionConsumer(group string, p int) string { return safeName(group) + "_p" + strconv.Itoa(p) }
-func leaseBucket(stream, group string) string   { return safeName(stream + ".leases." + group) }
-func leaseKey(p int) string                      { return "p." + strconv.Itoa(p) }
-func memberKey(id string) string                 { return "m." + id }
+func leaseBucket(stream, group string) string      { return safeName(stream + ".leases." + group) }
+func leaseKey(p int) string                        { return "p." + strconv.Itoa(p) }
+func memberKey(id string) string                   { return "m." + id }
 
 func notify(ch chan struct{}) {
 	select {
@@ -286,6 +286,16 @@ func (p *partitioned) refresh() {
 			continue
 		}
 		begin := time.Now()
+		if begin.After(l.deadline) || (l.reader != nil && !l.reader.valid(begin)) {
+			// Unrefreshed too long: the lease may have expired on the
+			// server. Give it up, and free it if it is still ours.
+			p.loseLocked(l)
+			lost = true
+			ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
+			_ = p.kv.Delete(ctx, leaseKey(l.part), jetstream.LastRevision(l.rev))
+			cancel()
+			continue
+		}
 		ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
 		rev, err := p.kv.Update(ctx, leaseKey(l.part), []byte(p.id), l.rev)
 		cancel()
@@ -295,8 +305,8 @@ func (p *partitioned) refresh() {
 			p.extendLocked(l, begin)
 		case p.ctx.Err() != nil:
 			return
-		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists), time.Now().After(l.deadline):
-			// Expired and maybe taken, or unrefreshed too long.
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+			// Expired on the server, and maybe taken.
 			p.loseLocked(l)
 			lost = true
 		}
@@ -446,13 +456,14 @@ func (p *partitioned) claim(part int) {
 	s := p.s
 	lane := strconv.Itoa(part)
 	begin := time.Now()
-	p.kvMu.Lock()
-	rev, err := p.kv.Create(p.ctx, leaseKey(part), []byte(p.id))
+	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
+	rev, err := p.kv.Create(ctx, leaseKey(part), []byte(p.id))
+	cancel()
 	if err != nil {
-		p.kvMu.Unlock()
 		return // taken meanwhile, or a failure: the next round looks again
 	}
 	l := &lease{part: part, lane: lane, rev: rev}
+	p.kvMu.Lock()
 	p.extendLocked(l, begin)
 	p.leases[part] = l
 	p.kvMu.Unlock()

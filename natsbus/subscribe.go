@@ -160,8 +160,8 @@ type sub struct {
 	closed chan struct{}
 	wg     sync.WaitGroup
 
-	wake   chan struct{} // makes a Receive in progress return: a lane is going
-	part   *partitioned  // nil on an unpartitioned topic
+	wake chan struct{} // makes a Receive in progress return: a lane is going
+	part *partitioned  // nil on an unpartitioned topic
 
 	// cleanup runs in Close after the readers stopped (ephemeral groups
 	// delete their consumer there); nil when there is nothing to do.
@@ -211,13 +211,19 @@ type reader struct {
 }
 
 // valid reports whether r's deliveries may still be handed out and
-// acknowledged.
+// acknowledged. Once the lease's deadline passed, r is lost for good,
+// even if a late refresh succeeds: handing out what follows a message
+// dropped meanwhile would break the lane's order, so the lane is given
+// up (Lanes.Lost) and claimed afresh at its ack floor.
 func (r *reader) valid(now time.Time) bool {
 	if r.lost.Load() {
 		return false
 	}
-	dl := r.deadline.Load()
-	return dl == 0 || now.UnixNano() < dl
+	if dl := r.deadline.Load(); dl != 0 && now.UnixNano() >= dl {
+		r.lost.Store(true)
+		return false
+	}
+	return true
 }
 
 func newSub(c *conn, topic string, ref *streamRef, opts driver.SubscribeOptions) *sub {
