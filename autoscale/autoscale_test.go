@@ -175,7 +175,7 @@ func TestStalledLaneDoesNotScaleUp(t *testing.T) {
 	defer k.Close()
 	go k.Run(ctx)
 	rec := &recorder{}
-	ctl, err := autoscale.New(k, autoscale.Policy{TargetLag: 60, Interval: 50 * time.Millisecond, UpCooldown: time.Millisecond, Logger: quiet(), OnDecision: rec.add})
+	ctl, err := autoscale.New(k, autoscale.Policy{TargetLag: 150, Interval: 50 * time.Millisecond, UpCooldown: time.Millisecond, Logger: quiet(), OnDecision: rec.add})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +200,14 @@ func TestStalledLaneDoesNotScaleUp(t *testing.T) {
 		defer rec.mu.Unlock()
 		return len(rec.ds) > 0 && len(rec.ds[len(rec.ds)-1].Stalled) == 1
 	}, "the poison lane to be seen as stalled")
+	rec.mu.Lock()
+	last := rec.ds[len(rec.ds)-1]
+	rec.mu.Unlock()
+	for _, l := range last.Lanes {
+		if l.Stalled && l.Lag <= 150 {
+			t.Fatalf("the stalled lane's lag %d is not above the target: the test proves nothing", l.Lag)
+		}
+	}
 	if acts := rec.actions(); len(acts) > 0 || k.Members() != 1 {
 		t.Errorf("scaled for a stalled lane: members %d, actions %+v", k.Members(), acts)
 	}
