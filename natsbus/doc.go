@@ -55,7 +55,9 @@
 //	inactive_threshold  0 (keep)    InactiveThreshold    delete a group's consumer after this idle time
 //	dir                 temporary   store_dir            embedded only: JetStream data directory
 //	max_payload         8388608     max_payload          embedded only: largest message
-//	partitions          -           -                    reserved for the partitioned mode (not implemented: ErrUnsupported)
+//	partitions          0 (none)    -                    partitioned mode: partition subjects of a topic natsbus creates
+//	lease_ttl           10s         bucket TTL (MaxAge)  partitioned: life of a partition lease not refreshed (>= 500ms)
+//	rebalance_interval  1s          -                    partitioned: how often a member compares its share of partitions
 //
 // Unknown parameters are an error wrapping omnibus.ErrInvalid.
 //
@@ -75,6 +77,97 @@
 // group compete for the group's messages. A new group starts at new
 // messages (DeliverNew), or at the first one the stream holds with
 // StartEarliest (DeliverAll).
+//
+// A throwaway group (one the user did not name, SubscribeOptions.Ephemeral)
+// leaves nothing behind: its last member deletes its consumers (and, when
+// partitioned, its lease bucket) when it closes, and the consumers carry
+// InactiveThreshold (inactive_threshold, or 5 minutes) so the server
+// removes them after a crash too. A crashed partitioned member's lease
+// bucket stays, empty once its keys expire.
+//
+// # Partitioned mode
+//
+// With partitions=N, a topic natsbus creates has N partition subjects,
+// "<topic>.0" ... "<topic>.N-1", in its one stream; CreateTopic(topic, n)
+// creates n (and grows an existing topic to n, which remaps keys, as on
+// Kafka). A message goes to partition [Partition](key, N) (FNV-1a of the
+// key modulo N); messages without a key go round-robin. Publishing or
+// subscribing with a URL whose mode does not match an existing stream's
+// layout is an error (ErrInvalid) that says which.
+//
+// Each partition is a lane ("0" ... "N-1"), ordered, and read by one
+// member of a group at a time:
+//
+//   - the group has a durable pull consumer per partition,
+//     "<group>_p<N>", filtered on the partition's subject; the first member
+//     creates them all at the same start (the stream's next sequence, or
+//     the first with StartEarliest);
+//   - the members share the partitions through leases in a KV bucket per
+//     stream and group ("<stream>_leases_<group>_<hash>", history 1, TTL =
+//     lease_ttl): key "p.<N>" holds the owner's member ID, written with
+//     Create (only when absent) and refreshed every lease_ttl/4 with
+//     Update on the revision the owner wrote last (optimistic
+//     concurrency); key "m.<member>" is each member's heartbeat. A key not
+//     refreshed for lease_ttl expires on the server (MaxAge), so only the
+//     server's clock decides expiry; members never compare clocks;
+//   - every rebalance_interval a member counts the live members n (from
+//     heartbeats and owners seen by a watcher on the bucket) and balances
+//     by count, KCL-style: it takes free partitions up to ceil(N/n) (up
+//     to floor(N/n) while another member has fewer than that), gives up
+//     one partition at a time while it holds more than ceil(N/n), and,
+//     when none is free and a member has fewer than floor(N/n), the most
+//     loaded member (the lowest ID among equals) gives one up. Members
+//     beyond N get no partition (lane cap).
+//
+// The server this was written against (2.9) has no pinned clients or
+// consumer priority groups, hence leases; they work on every JetStream
+// server.
+//
+// Handing a partition over, in order. A member gives a partition up by
+// stopping its reads (a Receive in progress returns at once), calling
+// Lanes.Revoked (the engine drains the lane within its drain bound and
+// acknowledges what it finished), waiting up to two seconds until the
+// server has applied those acknowledgements (they are asynchronous),
+// and deleting its lease. What it leaves unacknowledged (deliveries
+// abandoned at the drain bound, and messages its pull had prefetched but
+// never handed to the engine) would, on a shared consumer, come back only
+// after ack_wait, behind newer messages. So a member claiming a partition
+// whose consumer has deliveries pending (num_ack_pending > 0) deletes
+// the consumer and creates it again at its ack floor
+// (DeliverByStartSequence = floor + 1) before reading: the first message
+// not acknowledged comes first, and everything after it in order.
+// Deleting the consumer also cuts off any pull the previous owner left
+// on it. A member that cannot refresh a lease stops using it when three
+// quarters of lease_ttl have passed since its last successful refresh
+// began, before the server can expire it: from then on nothing of the
+// lane is delivered, acknowledged or kept in progress, and the engine
+// gets Lanes.Lost; the next owner (maybe the same member) resets the
+// consumer as above. A crashed member's partitions move after lease_ttl.
+//
+// Limits, stated plainly:
+//
+//   - At least once. A reset redelivers, in order, messages above the ack
+//     floor that were acknowledged out of order (OrderKey and OrderNone
+//     complete out of order within a lane), and deliveries the previous
+//     owner handled but could not acknowledge. The order check the tests
+//     apply is the honest one: a message may come again, but never before
+//     an earlier one that was not handled yet.
+//   - A reset starts the consumer afresh, so Delivery.Attempt restarts at
+//     1 for redelivered messages: a message that keeps failing across
+//     handovers gets more than MaxAttempts attempts in all.
+//   - Ownership rests on timing: a member frozen past its deadline (a
+//     long GC pause, a suspended VM) stops delivering and acknowledging
+//     when it wakes, but a handler already running finishes, possibly
+//     while the next owner handles the same message again.
+//   - A consumer created by something else with DeliverNew and never
+//     acknowledged cannot be reset (its start is unknown); its pending
+//     deliveries then come back after ack_wait, out of order.
+//   - While a partition's consumer is being reset, GroupLag reports that
+//     lane as unknown.
+//   - In the ordered modes the engine retries in place and never Nacks,
+//     so nothing of a lane comes back behind a retry; with OrderNone it
+//     Nacks (NakWithDelay), and a nacked message comes back after newer
+//     ones, as OrderNone allows.
 //
 // # Messages on the wire
 //
@@ -114,22 +207,28 @@
 // max_payload less 1 KiB for headers (1 MiB on a default server, 8 MiB on
 // the embedded one).
 //
-// Lag is num_pending + num_ack_pending of the group's consumer (LagDepth);
-// a failed read reports Known false.
+// Lag is num_pending + num_ack_pending of the group's consumer, per lane
+// (LagDepth); a failed read reports Known false. Client.Lag (and the
+// CLI's omnibus lag) read it without joining the group, with consumer
+// info requests (driver.GroupLagReader); a missing stream or a group
+// without consumers is ErrNotFound.
 //
-//	capability       natsbus
-//	ordered lanes    no (one unordered lane, "0"; partitioned mode not yet implemented)
-//	native nack      yes (NakWithDelay)
-//	lag              depth (num_pending + num_ack_pending)
-//	lane cap         no
-//	groups           yes
-//	replay           yes (DeliverAll)
-//	max message      server max_payload - 1 KiB
+//	capability       unpartitioned (default)             partitions=N
+//	ordered lanes    no (one unordered lane, "0")        yes (lanes "0" ... "N-1", one member each)
+//	native nack      yes (NakWithDelay)                  yes, used by OrderNone only
+//	lag              depth (num_pending + num_ack_pending, per lane)
+//	lane cap         no                                  yes (at most N members get work)
+//	groups           yes                                 yes
+//	replay           yes (DeliverAll)                    yes (DeliverAll)
+//	max message      server max_payload - 1 KiB          server max_payload - 1 KiB
 //
 // # Concurrency
 //
 // Everything is safe for concurrent use. Each client holds one NATS
-// connection; each group member adds a pump goroutine (the pull
-// iterator's messages to Receive) and a keeper goroutine (in-progress
-// signals), both ended by the member's Close.
+// connection; each group member adds a pump goroutine per lane it reads
+// (the pull iterator's messages to Receive) and a keeper goroutine
+// (in-progress signals). In partitioned mode a member also runs a
+// watcher (the lease bucket's keys), a refresher (heartbeat and leases)
+// and a balancer, the only goroutine that calls the engine's Lanes. All
+// end in the member's Close, which first releases the member's leases.
 package natsbus
