@@ -412,9 +412,12 @@ type Stats struct {
 	Lanes     []LaneStats
 }
 
-// LaneStats is one claimed lane in a Stats snapshot.
+// LaneStats is one lane in a Stats snapshot: every lane the consumer has
+// held, claimed now or not.
 type LaneStats struct {
-	Lane     string
+	Lane string
+	// Member is the index of the member holding the lane, -1 when none
+	// does now (the lane is changing hands, or went to another process).
 	Member   int
 	InFlight int
 	// Settled counts the lane's messages this consumer has settled and
@@ -440,15 +443,25 @@ func (k *Consumer) Stats() Stats {
 	members := slices.Clone(k.members)
 	k.mu.Unlock()
 	s := Stats{Members: len(members)}
+	claimed := map[string]bool{}
 	for _, m := range members {
 		m.mu.Lock()
 		s.InFlight += m.inflight
 		for _, l := range m.lanes {
+			claimed[l.id] = true
 			s.Lanes = append(s.Lanes, LaneStats{Lane: l.id, Member: m.id, InFlight: l.inflight, Settled: l.settled.Load()})
 		}
 		m.mu.Unlock()
 		s.Processed += m.processed.Load()
 	}
+	// Lanes between owners keep their count.
+	k.settledMu.Lock()
+	for id, n := range k.settled {
+		if !claimed[id] {
+			s.Lanes = append(s.Lanes, LaneStats{Lane: id, Member: -1, Settled: n.Load()})
+		}
+	}
+	k.settledMu.Unlock()
 	slices.SortFunc(s.Lanes, func(a, b LaneStats) int { return compareLanes(a.Lane, b.Lane) })
 	return s
 }

@@ -23,10 +23,12 @@
 //     after the lag has asked for fewer for DownDelay, to the largest size
 //     asked for during that time. Each change causes a rebalance, so fewer,
 //     larger steps are preferred.
-//   - A lane's lag counts once the lane is seen to progress between
-//     samples. A lane with lag that has not progressed for StallAfter
-//     samples is stalled (a poison message, a dead dependency): more
-//     members would not help, so its lag does not count.
+//   - A lane's lag asks for more members once the lane is seen to
+//     progress between samples. A lane with lag that has not progressed
+//     for StallAfter samples is stalled (a poison message, a dead
+//     dependency): more members would not help, so its lag does not ask
+//     for more. It still keeps the group from shrinking: a lane that is
+//     changing hands looks stalled for a moment too.
 //   - A lag read that fails, or a lane whose lag is unknown, holds the
 //     current size: unknown is never read as zero.
 //
@@ -217,6 +219,7 @@ func (c *Controller) decide(ctx context.Context, now time.Time) Decision {
 		d.Cap = 8
 	}
 	unknown := false
+	var known int64 // lag of every lane, progressing or not
 	for _, l := range lags {
 		s := LaneSample{Lane: l.Lane, Lag: l.Lag, Known: l.Known, Settled: settled[l.Lane]}
 		h := append(c.history[l.Lane], s.Settled)
@@ -227,6 +230,9 @@ func (c *Controller) decide(ctx context.Context, now time.Time) Decision {
 		// A lane's lag counts once the lane is seen to progress: adding
 		// members helps only lanes that move.
 		progressing := len(h) >= 2 && h[len(h)-1] > h[0]
+		if l.Known {
+			known += l.Lag
+		}
 		switch {
 		case !l.Known:
 			unknown = true
@@ -242,17 +248,23 @@ func (c *Controller) decide(ctx context.Context, now time.Time) Decision {
 		d.Reason = "lag of some lane unknown: holding"
 		return d
 	}
-	want := int((d.Lag + c.p.TargetLag - 1) / c.p.TargetLag)
-	desired := max(want, c.p.Min)
-	capped := false
-	if desired > d.Cap {
-		desired, capped = d.Cap, true
+	// Up on the lag of lanes that progress; down only as far as all the
+	// known lag allows, so a lane that looks stuck (or is changing hands)
+	// never shrinks the group.
+	want := c.size(d.Lag)
+	floor := c.size(known)
+	capped := want > d.Cap
+	desired := max(min(want, d.Cap), c.p.Min)
+	if desired <= current {
+		desired = max(min(floor, d.Cap, current), c.p.Min)
 	}
-	desired = max(desired, c.p.Min)
 	d.Desired = desired
 	reason := fmt.Sprintf("lag %d over target %d per member asks for %d", d.Lag, c.p.TargetLag, want)
 	if capped {
 		reason += fmt.Sprintf(", capped at %d (lanes or Max)", d.Cap)
+	}
+	if known != d.Lag {
+		reason += fmt.Sprintf("; %d more on lanes not seen to progress, which only keeps the size from dropping below %d", known-d.Lag, floor)
 	}
 	if len(d.Stalled) > 0 {
 		reason += fmt.Sprintf("; stalled lanes %s left out", strings.Join(d.Stalled, ","))
@@ -282,6 +294,11 @@ func (c *Controller) decide(ctx context.Context, now time.Time) Decision {
 		d.Reason = reason
 	}
 	return d
+}
+
+// size is the member count lag asks for.
+func (c *Controller) size(lag int64) int {
+	return int((lag + c.p.TargetLag - 1) / c.p.TargetLag)
 }
 
 func (c *Controller) report(d Decision) {

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/autoscale"
+	_ "github.com/omnibus-go/omnibus/kafkabus"
 	"github.com/omnibus-go/omnibus/membus"
 )
 
@@ -91,7 +95,7 @@ func runBacklogScenario(t *testing.T, c *omnibus.Client, topic string) {
 	rec := &recorder{}
 	ctl, err := autoscale.New(k, autoscale.Policy{
 		TargetLag: 1000, Interval: 100 * time.Millisecond, UpCooldown: 300 * time.Millisecond,
-		DownDelay: time.Second, Logger: quiet(), OnDecision: rec.add,
+		DownDelay: time.Second, StallAfter: 10, Logger: quiet(), OnDecision: rec.add,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -280,4 +284,21 @@ func TestPolicyValidation(t *testing.T) {
 	if _, err := autoscale.New(nil, autoscale.Policy{TargetLag: 1}); !errors.Is(err, omnibus.ErrInvalid) {
 		t.Errorf("nil target: %v", err)
 	}
+}
+
+func TestBacklogKafka(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := "kafka://" + strings.Join(cluster.ListenAddrs(), ",") + "?fetch_max_wait=50ms"
+	c, err := omnibus.Open(ctx, url, omnibus.WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runBacklogScenario(t, c, "backlog")
 }
