@@ -2,6 +2,7 @@ package natsbus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -9,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
@@ -211,4 +215,113 @@ func TestPartitionedKeyOrderEmbedded(t *testing.T) {
 
 func TestPartitionedKeyOrderCrashExternal(t *testing.T) {
 	testKeyOrderAcrossMembers(t, externalURL(t), true)
+}
+
+// TestGroupLag reads a group's lag per lane from a client outside the
+// group, on both layouts, and ErrNotFound for what does not exist.
+func TestGroupLag(t *testing.T) {
+	base := externalURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tt := range []struct {
+		name  string
+		url   string
+		lanes int
+	}{
+		{"Unpartitioned", base, 1},
+		{"Partitioned", withParams(base, testParams), 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := open(t, tt.url)
+			topic := topicName(t, base)
+			if _, err := c.Lag(ctx, topic, "g"); !errors.Is(err, omnibus.ErrNotFound) {
+				t.Fatalf("Lag of a missing topic: got %v, want ErrNotFound", err)
+			}
+			if err := c.CreateTopic(ctx, topic, tt.lanes); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Lag(ctx, topic, "g"); !errors.Is(err, omnibus.ErrNotFound) {
+				t.Fatalf("Lag of a missing group: got %v, want ErrNotFound", err)
+			}
+			// The group exists (its consumers), but nobody reads.
+			k, err := open(t, tt.url).Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil },
+				omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := k.Close(); err != nil {
+				t.Fatal(err)
+			}
+			const n = 100
+			publishN(t, c, topic, n, 8)
+			lags, err := c.Lag(ctx, topic, "g")
+			if err != nil {
+				t.Fatalf("Lag: %v", err)
+			}
+			var sum int64
+			for i, l := range lags {
+				if l.Lane != strconv.Itoa(i) || !l.Known {
+					t.Errorf("lane %d: %+v, want lane %d known", i, l, i)
+				}
+				sum += l.Lag
+			}
+			if len(lags) != tt.lanes || sum != n {
+				t.Errorf("lags %+v: %d lanes summing to %d, want %d lanes summing to %d", lags, len(lags), sum, tt.lanes, n)
+			}
+		})
+	}
+}
+
+// TestEphemeralGroupLeavesNothing checks that a throwaway group's
+// consumers (and lease bucket) are gone once its members close.
+func TestEphemeralGroupLeavesNothing(t *testing.T) {
+	base := externalURL(t)
+	for _, tt := range []struct{ name, url string }{
+		{"Unpartitioned", base},
+		{"Partitioned", withParams(base, testParams)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			c := open(t, tt.url)
+			topic := topicName(t, base)
+			col := newCollector()
+			k, err := c.Subscribe(ctx, topic, col.handle, omnibus.Consumers(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			kctx, kcancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- k.Run(kctx) }()
+			time.Sleep(300 * time.Millisecond) // let the members join
+			publishN(t, c, topic, 50, 8)
+			col.waitFor(t, 50, 30*time.Second)
+			kcancel()
+			if err := <-done; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			nc, err := nats.Connect(base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			js, _ := jetstream.New(nc)
+			var left []string
+			st, err := js.Stream(ctx, topic) // the topic is a valid stream name
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name := range st.ConsumerNames(ctx).Name() {
+				left = append(left, "consumer "+name)
+			}
+			for name := range js.StreamNames(ctx).Name() {
+				if strings.HasPrefix(name, "KV_"+topicRE.ReplaceAllString(topic, "_")) {
+					left = append(left, "bucket "+name)
+				}
+			}
+			if len(left) > 0 {
+				t.Errorf("a throwaway group left %v behind", left)
+			}
+		})
+	}
 }

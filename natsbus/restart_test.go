@@ -225,6 +225,14 @@ func TestBadInput(t *testing.T) {
 		if !errors.Is(err, omnibus.ErrInvalid) || !strings.Contains(err.Error(), "partitons") {
 			t.Fatalf("got %v, want ErrInvalid naming partitons", err)
 		}
+		if !strings.Contains(err.Error(), "natsbus: URL") {
+			t.Errorf("error %q does not start with the transport's name", err)
+		}
+		for _, raw := range []string{"nats://embedded?lease_ttl=100ms", "nats://embedded?rebalance_interval=0s", "nats://embedded?partitions=-1"} {
+			if _, err := omnibus.Open(ctx, raw); !errors.Is(err, omnibus.ErrInvalid) {
+				t.Errorf("Open(%q): got %v, want ErrInvalid", raw, err)
+			}
+		}
 		_, err = omnibus.Open(ctx, "nats://127.0.0.1:4222?dir=/tmp/x")
 		if !errors.Is(err, omnibus.ErrInvalid) {
 			t.Fatalf("dir on an external server: got %v, want ErrInvalid", err)
