@@ -199,10 +199,10 @@ func (c *Client) Publish(ctx context.Context, topic string, msgs ...*Message) er
 		dms[i] = toDriver(m, now)
 		ptrs[i] = &dms[i]
 	}
-	return c.publish(ctx, topic, ptrs, c.durability)
+	return c.publish(ctx, topic, ptrs, driver.PublishOptions{Durability: c.durability})
 }
 
-func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message, dur Durability) error {
+func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions) error {
 	if max := c.caps.MaxMessageBytes; max > 0 {
 		var failed []PublishFailure
 		for i, m := range ms {
@@ -212,16 +212,16 @@ func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message
 			}
 		}
 		if failed != nil {
-			return c.publishRest(ctx, topic, ms, dur, failed)
+			return c.publishRest(ctx, topic, ms, opts, failed)
 		}
 	}
-	err := c.conn.Publish(ctx, topic, ms, driver.PublishOptions{Durability: dur})
+	err := c.conn.Publish(ctx, topic, ms, opts)
 	return wrapPublishError(topic, ms, nil, err)
 }
 
 // publishRest publishes the messages not already failed and merges the
 // failures, so one oversized message does not stop the rest.
-func (c *Client) publishRest(ctx context.Context, topic string, ms []*driver.Message, dur Durability, failed []PublishFailure) error {
+func (c *Client) publishRest(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions, failed []PublishFailure) error {
 	rest := make([]*driver.Message, 0, len(ms)-len(failed))
 	index := make([]int, 0, cap(rest))
 	f := 0
@@ -235,7 +235,7 @@ func (c *Client) publishRest(ctx context.Context, topic string, ms []*driver.Mes
 	}
 	var err error
 	if len(rest) > 0 {
-		err = c.conn.Publish(ctx, topic, rest, driver.PublishOptions{Durability: dur})
+		err = c.conn.Publish(ctx, topic, rest, opts)
 	}
 	return wrapPublishError(topic, rest, index, err, failed...)
 }

@@ -562,7 +562,7 @@ func (m *member) deadLetter(e *entry) error {
 	h[HeaderDeadLastFailure] = e.lastFail.UTC().Format(time.RFC3339Nano)
 	dm := &driver.Message{ID: e.msg.ID, Key: e.msg.Key, Type: e.msg.Type, Source: e.msg.Source, Time: e.msg.Time, Headers: h, Body: e.msg.Body}
 	for try := 1; ; try++ {
-		err := m.k.client.publish(m.ctx, cfg.deadLetter, []*driver.Message{dm}, DurabilityAll)
+		err := m.k.client.publish(m.ctx, cfg.deadLetter, []*driver.Message{dm}, driver.PublishOptions{Durability: DurabilityAll, DeadLetter: true})
 		if err == nil {
 			m.emit(Event{Kind: EventDeadLettered, Lane: e.d.Lane, Message: &e.msg, Err: e.lastErr})
 			return nil

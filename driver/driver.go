@@ -170,6 +170,11 @@ func (d Durability) String() string {
 // PublishOptions are the settings of one Publish call.
 type PublishOptions struct {
 	Durability Durability
+	// DeadLetter is set when the engine dead-letters to topic. The driver
+	// makes sure the topic exists and keeps what is published to it even
+	// when no consumer group reads it yet (a Kafka topic, a RabbitMQ queue
+	// bound to the exchange), whatever the topic's name.
+	DeadLetter bool
 }
 
 // StartAt is where a new consumer group starts reading.

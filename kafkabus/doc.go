@@ -29,7 +29,7 @@
 //	tls_server_name            the broker host      TLS server name to verify
 //	mechanism                  PLAIN                sasl.mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
 //	create_topics              dlq                  which topics Publish and Subscribe create on first use:
-//	                                                none, dlq (names ending in ".dlq"), all
+//	                                                none, dlq (dead-letter topics), all
 //	                                                (the client-side auto.create.topics.enable)
 //	partitions                 -1 (broker default)  num.partitions of topics created on first use
 //	replication_factor         -1 (broker default)  default.replication.factor of created topics
@@ -60,9 +60,9 @@
 //
 // A topic that does not exist is an error wrapping ErrNotFound from
 // Publish and Subscribe, unless create_topics covers it. Dead-letter
-// topics (the engine's default "<topic>.dlq") are created on first use
-// by default, because omnibus, not the user, owns them; a dead-letter
-// topic with another name must exist or be covered by create_topics=all.
+// topics (where the engine dead-letters, by default "<topic>.dlq", and
+// any name ending in ".dlq") are created on first use by default, because
+// omnibus, not the user, owns them.
 // [omnibus.Client.CreateTopic] makes sure a topic has at least N
 // partitions, creating it or adding partitions; members of the same
 // client notice added partitions at once, others at their next metadata

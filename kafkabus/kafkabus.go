@@ -59,6 +59,7 @@ func (Driver) Open(ctx context.Context, u *url.URL) (driver.Conn, error) {
 		admin:  admin,
 		adm:    kadm.NewClient(admin),
 		known:  map[string]bool{},
+		dead:   map[string]bool{},
 		subs:   map[*sub]struct{}{},
 	}, nil
 }
@@ -73,6 +74,7 @@ type conn struct {
 	closed    bool
 	producers [3]*kgo.Client // by driver.Durability, created on first use
 	known     map[string]bool
+	dead      map[string]bool // topics the engine dead-letters to
 	subs      map[*sub]struct{}
 }
 
@@ -258,7 +260,10 @@ func (c *conn) autoCreate(topic string) bool {
 	case CreateAll:
 		return true
 	case CreateDLQ:
-		return strings.HasSuffix(topic, DefaultDLQSuffix)
+		c.mu.Lock()
+		dead := c.dead[topic]
+		c.mu.Unlock()
+		return dead || strings.HasSuffix(topic, DefaultDLQSuffix)
 	}
 	return false
 }

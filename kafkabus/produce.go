@@ -83,6 +83,11 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	if len(msgs) == 0 {
 		return nil
 	}
+	if opts.DeadLetter {
+		c.mu.Lock()
+		c.dead[topic] = true
+		c.mu.Unlock()
+	}
 	if err := c.ensureTopic(ctx, "publish", topic); err != nil {
 		return err
 	}

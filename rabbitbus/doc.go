@@ -43,8 +43,9 @@
 //   - Retries (see Nack below) go through durable queues
 //     "<topic>:<group>:retry:<ms>ms" with that message TTL, which
 //     dead-letter back into the group's queue.
-//   - A topic whose name ends in ".dlq" (where the engine dead-letters,
-//     by default "<topic>.dlq") also gets a durable queue of the same name
+//   - A dead-letter topic (where the engine dead-letters, by default
+//     "<topic>.dlq", and any name ending in ".dlq") also gets a durable
+//     queue of the same name
 //     bound with "#", so dead letters are kept even when nobody consumes
 //     them; read them with any AMQP client or subscribe a group to the
 //     ".dlq" topic.

@@ -114,6 +114,11 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("rabbitbus: publish %q: %w", topic, err)
 	}
+	if opts.DeadLetter {
+		c.mu.Lock()
+		c.dead[topic] = true
+		c.mu.Unlock()
+	}
 	if err := c.ensureTopic(ctx, topic); err != nil {
 		return err
 	}

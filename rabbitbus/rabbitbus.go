@@ -237,7 +237,7 @@ func (opener) Open(ctx context.Context, u *url.URL) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{cfg: cfg, subs: map[*sub]struct{}{}, declared: map[string]uint64{}, names: map[string]bool{}}
+	c := &conn{cfg: cfg, subs: map[*sub]struct{}{}, declared: map[string]uint64{}, names: map[string]bool{}, dead: map[string]bool{}}
 	c.log = slog.Default().With("transport", "rabbitbus")
 	pl, err := newLink(ctx, cfg, "publish", c.log)
 	if err != nil {
@@ -269,6 +269,7 @@ type conn struct {
 	closed   bool
 	declared map[string]uint64 // topology key -> publish link generation it was declared in
 	names    map[string]bool   // every exchange ("x:name") and queue ("q:name") declared, for tests
+	dead     map[string]bool   // topics the engine dead-letters to
 }
 
 func (c *conn) Capabilities() driver.Capabilities {
@@ -436,7 +437,10 @@ func (c *conn) ensureTopic(ctx context.Context, topic string) error {
 			return err
 		}
 		c.record("x", topic)
-		if strings.HasSuffix(topic, dlqSuffix) {
+		c.mu.Lock()
+		dead := c.dead[topic]
+		c.mu.Unlock()
+		if dead || strings.HasSuffix(topic, dlqSuffix) {
 			if _, err := ch.QueueDeclare(topic, true, false, false, false, c.queueArgs()); err != nil {
 				return err
 			}

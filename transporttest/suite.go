@@ -44,6 +44,7 @@ func Run(t *testing.T, h Harness) {
 		{"Replay", s.testReplay},
 		{"Retry", s.testRetry},
 		{"DeadLetter", s.testDeadLetter},
+		{"DeadLetterNamedTopic", s.testDeadLetterNamed},
 		{"Lag", s.testLag},
 		{"ShutdownCommits", s.testShutdownCommits},
 		{"ContextCancellation", s.testCancel},
@@ -618,6 +619,37 @@ func (s *suite) testDeadLetter(t *testing.T) {
 			t.Errorf("dead letter %s lost its key or body: key %q body %q", id, m.Key, m.Body)
 		}
 	}
+}
+
+// testDeadLetterNamed dead-letters to a topic nobody created, with a name
+// of the user's choosing: the transport must create and keep it.
+func (s *suite) testDeadLetterNamed(t *testing.T) {
+	pub := s.open(t)
+	need(t, pub.Capabilities().Replay, "Replay")
+	topic := s.topic(t, pub)
+	dlq := "omnibus-dead-" + strconv.FormatUint(rand.Uint64(), 36)
+	k := s.subscribe(t, s.open(t), topic, func(ctx context.Context, m *omnibus.Message) error {
+		return omnibus.Permanent(errors.New("rejected"))
+	}, omnibus.StartFrom(omnibus.StartEarliest), omnibus.DeadLetterTopic(dlq))
+	run(t, k)
+	ids := publishN(t, pub, topic, 20, 4, 8)
+	dead := newCollector()
+	eventually(t, timeout, func() bool {
+		if dead.unique() > 0 {
+			return true
+		}
+		// The topic appears with the first dead letter; read it from the start.
+		kd, err := s.open(t).Subscribe(ctxT(t), dlq, dead.handler, omnibus.StartFrom(omnibus.StartEarliest))
+		if err != nil {
+			return false
+		}
+		t.Cleanup(func() { _ = kd.Close() })
+		run(t, kd)
+		return true
+	}, func() string { return fmt.Sprintf("dead-letter topic %q never appeared", dlq) })
+	eventually(t, timeout, func() bool { return dead.unique() == len(ids) }, func() string {
+		return fmt.Sprintf("%d of %d dead letters in %q", dead.unique(), len(ids), dlq)
+	})
 }
 
 func (s *suite) testLag(t *testing.T) {
