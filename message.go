@@ -13,19 +13,21 @@ import (
 // Message is the unit omnibus publishes and delivers.
 //
 // How each field travels (CloudEvents binary content mode where the
-// transport has headers):
+// transport has headers, so other CloudEvents clients can read it):
 //
-//	field    Kafka             RabbitMQ                          NATS JetStream       membus
-//	ID       header ce_id      message-id, cloudEvents:id        Nats-Msg-Id, Ce-Id   in memory
-//	Key      record key        routing key (partition hash)      subject token        in memory
-//	Type     header ce_type    type, cloudEvents:type            Ce-Type              in memory
-//	Source   header ce_source  app-id, cloudEvents:source        Ce-Source            in memory
-//	Time     header ce_time    timestamp, cloudEvents:time       Ce-Time              in memory
-//	Headers  record headers    application properties            headers              in memory
-//	Body     record value      body                              data                 in memory
+//	field    Kafka             RabbitMQ                          NATS JetStream          membus
+//	ID       header ce_id      message-id, cloudEvents:id        Nats-Msg-Id, Ce-Id      in memory
+//	Key      record key        routing key                       Ce-Partitionkey         in memory
+//	Type     header ce_type    type, cloudEvents:type            Ce-Type                 in memory
+//	Source   header ce_source  app-id, cloudEvents:source        Ce-Source               in memory
+//	Time     header ce_time    timestamp, cloudEvents:time       Ce-Time                 in memory
+//	Headers  record headers    application properties            headers                 in memory
+//	Body     record value      body                              data                    in memory
 //
-// Time travels as RFC 3339 with nanoseconds in the ce_time header, so it
-// survives transports whose native timestamps are in seconds.
+// Time travels as RFC 3339 with nanoseconds in the CloudEvents time
+// header, so it survives transports whose native timestamps are in
+// seconds. Each transport's package comment gives the details (what a
+// message without ce_* headers from another producer looks like, say).
 type Message struct {
 	// ID identifies the message. Publish fills it when empty; it stays the
 	// same across retries and redeliveries, so receivers can deduplicate.
