@@ -52,7 +52,7 @@
 //	max_age             0 (keep)    MaxAge               age limit of a stream created by natsbus
 //	dupe_window         2m          Duplicates           window in which a message ID is deduplicated
 //	storage             file        Storage              file or memory, for created streams
-//	inactive_threshold  0 (keep)    InactiveThreshold    delete a group's consumer after this idle time
+//	inactive_threshold  0 (keep)    InactiveThreshold    delete a group's consumer after this idle time (throwaway groups: 5m)
 //	dir                 temporary   store_dir            embedded only: JetStream data directory
 //	max_payload         8388608     max_payload          embedded only: largest message
 //	partitions          0 (none)    -                    partitioned mode: partition subjects of a topic natsbus creates

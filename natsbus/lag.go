@@ -74,3 +74,39 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 	}
 	return lags, nil
 }
+
+// GroupMembers reports how many members group has on a partitioned
+// topic: the live heartbeats in the group's lease bucket (a member's key
+// expires lease_ttl after its last refresh). Pull consumers do not name
+// their members, so on an unpartitioned topic it returns an error
+// wrapping ErrUnsupported. The CLI's omnibus lag uses it to tell a
+// stopped group from a stalled one.
+func (c *conn) GroupMembers(ctx context.Context, topic, group string) (int, error) {
+	if err := c.checkOpen("members", topic); err != nil {
+		return 0, err
+	}
+	fail := func(err error) (int, error) {
+		return 0, fmt.Errorf("natsbus: members %q group %q: %w", topic, group, err)
+	}
+	name := streamName(topic)
+	st, err := c.js.Stream(ctx, name)
+	if err != nil {
+		return fail(classify(err))
+	}
+	if subs := st.CachedInfo().Config.Subjects; len(subs) == 1 && subs[0] == topic {
+		return fail(fmt.Errorf("an unpartitioned topic's group members are anonymous pull clients: %w", driver.ErrUnsupported))
+	}
+	kv, err := c.js.KeyValue(ctx, leaseBucket(name, group))
+	if err != nil {
+		return fail(classify(err))
+	}
+	keys, err := kv.ListKeysFiltered(ctx, "m.>")
+	if err != nil {
+		return fail(classify(err))
+	}
+	n := 0
+	for range keys.Keys() {
+		n++
+	}
+	return n, nil
+}
