@@ -164,6 +164,9 @@
 //     deliveries then come back after ack_wait, out of order.
 //   - While a partition's consumer is being reset, GroupLag reports that
 //     lane as unknown.
+//   - A member balances the partitions the topic had when it joined:
+//     after CreateTopic grows a topic, the new partitions are read once
+//     members join (or rejoin) the group.
 //   - In the ordered modes the engine retries in place and never Nacks,
 //     so nothing of a lane comes back behind a retry; with OrderNone it
 //     Nacks (NakWithDelay), and a nacked message comes back after newer
