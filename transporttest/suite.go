@@ -627,7 +627,7 @@ func (s *suite) testDeadLetterNamed(t *testing.T) {
 	pub := s.open(t)
 	need(t, pub.Capabilities().Replay, "Replay")
 	topic := s.topic(t, pub)
-	dlq := "omnibus-dead-" + strconv.FormatUint(rand.Uint64(), 36)
+	dlq := topic + "-dead" // not ending in .dlq, and cleaned up with the topic
 	k := s.subscribe(t, s.open(t), topic, func(ctx context.Context, m *omnibus.Message) error {
 		return omnibus.Permanent(errors.New("rejected"))
 	}, omnibus.StartFrom(omnibus.StartEarliest), omnibus.DeadLetterTopic(dlq))
