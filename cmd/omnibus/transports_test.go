@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"net"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/omnibus-go/omnibus/internal/testenv"
 )
 
 // kafkaTestParams make group membership react in test time.
@@ -24,16 +30,82 @@ func kafkaURL(t testing.TB) string {
 	return "kafka://" + strings.Join(c.ListenAddrs(), ",") + "?" + kafkaTestParams
 }
 
-// serverURL returns raw when its server answers on addr, and skips the
-// test, naming the server, when it does not.
-func serverURL(t testing.TB, raw, addr string) string {
+// serverURL returns raw when its server answers on addr. When it does
+// not, the test fails in CI and is skipped elsewhere, saying how to start
+// it.
+func serverURL(t testing.TB, raw, addr, howToStart string) string {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
-	if err != nil {
-		t.Skipf("no server on %s (%v): skipping %s", addr, err, raw)
-	}
-	conn.Close()
+	testenv.Require(t, raw[:strings.Index(raw, ":")], addr, howToStart)
 	return raw
+}
+
+const (
+	startNATS   = "start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server"
+	startRabbit = "rabbitmq-server -detached"
+)
+
+// cleanNATS deletes, at cleanup, the streams the demo made on the shared
+// server (its topics and their lease buckets).
+func cleanNATS(t testing.TB) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		nc, err := nats.Connect("nats://127.0.0.1:4222")
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return
+		}
+		names := js.StreamNames(ctx)
+		var doomed []string
+		for name := range names.Name() {
+			if strings.Contains(name, "demo_orders") {
+				doomed = append(doomed, name)
+			}
+		}
+		for _, name := range doomed {
+			_ = js.DeleteStream(ctx, name)
+		}
+	})
+}
+
+// cleanRabbit deletes, at cleanup, the queues and exchanges the demo made
+// on the shared server (names from rabbitmqctl, which AMQP cannot list).
+func cleanRabbit(t testing.TB) {
+	t.Cleanup(func() {
+		conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		for _, kind := range []string{"list_queues", "list_exchanges"} {
+			out, err := exec.Command("rabbitmqctl", kind, "-q", "--no-table-headers", "name").Output()
+			if err != nil {
+				t.Logf("cleanup: rabbitmqctl %s: %v", kind, err)
+				return
+			}
+			for _, name := range strings.Fields(string(out)) {
+				if !strings.HasPrefix(name, "demo.orders.") {
+					continue
+				}
+				if kind == "list_queues" {
+					_, err = ch.QueueDelete(name, false, false, false)
+				} else {
+					err = ch.ExchangeDelete(name, false, false)
+				}
+				if err != nil {
+					return
+				}
+			}
+		}
+	})
 }
 
 // TestDemoOnEveryTransport runs the same demo by URL on each transport.
@@ -44,9 +116,13 @@ func TestDemoOnEveryTransport(t *testing.T) {
 		ordered bool
 	}{
 		{"kafka (kfake)", kafkaURL, true},
-		{"nats", func(t testing.TB) string { return serverURL(t, "nats://127.0.0.1:4222", "127.0.0.1:4222") }, false},
+		{"nats partitioned", func(t testing.TB) string {
+			cleanNATS(t)
+			return serverURL(t, "nats://127.0.0.1:4222?partitions=4&lease_ttl=2s&rebalance_interval=100ms", "127.0.0.1:4222", startNATS)
+		}, true},
 		{"rabbitmq partitioned", func(t testing.TB) string {
-			return serverURL(t, "amqp://guest:guest@127.0.0.1:5672/?partitions=4", "127.0.0.1:5672")
+			cleanRabbit(t)
+			return serverURL(t, "amqp://guest:guest@127.0.0.1:5672/?partitions=4", "127.0.0.1:5672", startRabbit)
 		}, true},
 	}
 	for _, tt := range tests {
@@ -89,7 +165,7 @@ func TestSendTailBenchKafka(t *testing.T) {
 
 func TestWrongPasswordHidden(t *testing.T) {
 	const secret = "wr0ng-pa55"
-	raw := serverURL(t, "amqp://guest:"+secret+"@127.0.0.1:5672/", "127.0.0.1:5672")
+	raw := serverURL(t, "amqp://guest:"+secret+"@127.0.0.1:5672/", "127.0.0.1:5672", startRabbit)
 	r := runCmd(t, ctxT(t), nil, "", "send", "--url", raw, "--topic", "t", "--count", "1")
 	wantCode(t, r, exitFailed)
 	wantOneLineError(t, r, "rabbitbus", secret)
