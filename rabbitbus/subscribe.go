@@ -43,7 +43,13 @@ type sub struct {
 	wake    chan struct{}
 	lostSeq uint64 // counts Lost and Revoked calls
 	seenSeq uint64 // lostSeq when Receive last returned
-	closed  bool
+	// revoking counts Revoked and Lost calls in progress. While it is
+	// not zero Receive returns at once with nothing: the engine waits for
+	// a Receive in progress before it revokes, and an idle member's
+	// Receive would otherwise hold every revocation for the engine's
+	// whole drain bound.
+	revoking int
+	closed   bool
 
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
@@ -274,13 +280,27 @@ func (l *lane) serve(ch *amqp.Channel, dels <-chan amqp.Delivery) {
 	_ = ch.Close()
 	if lost {
 		s.cbMu.Lock()
-		s.cb.Lost([]string{l.id})
-		s.mu.Lock()
-		s.lostSeq++
-		s.mu.Unlock()
+		s.revoke(func() { s.cb.Lost([]string{l.id}) })
 		s.cbMu.Unlock()
-		signal(s.wake)
 	}
+}
+
+// revoke runs fn, a call of Lanes.Revoked or Lanes.Lost, with cbMu held.
+// Receive returns promptly (with nothing) while fn runs, as driver.Lanes
+// asks, so that fn does not wait for a Receive that nothing wakes; and
+// once more afterwards, so that the engine looks at its lanes again
+// before it takes deliveries of a new claim.
+func (s *sub) revoke(fn func()) {
+	s.mu.Lock()
+	s.revoking++
+	s.mu.Unlock()
+	signal(s.wake)
+	fn()
+	s.mu.Lock()
+	s.revoking--
+	s.lostSeq++
+	s.mu.Unlock()
+	signal(s.wake)
 }
 
 // claim announces lane l of channel generation gen, once.
@@ -367,6 +387,20 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 		if s.lostSeq != s.seenSeq {
 			s.seenSeq = s.lostSeq
 			s.mu.Unlock()
+			return nil, nil
+		}
+		if s.revoking > 0 {
+			// A revocation is starting or running: return now, after a
+			// pause so that an engine that has not yet stopped fetching
+			// does not spin.
+			s.mu.Unlock()
+			t := time.NewTimer(2 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
 			return nil, nil
 		}
 		if n := min(max, len(s.buf)); n > 0 {
@@ -664,13 +698,9 @@ func (s *sub) handover(l *lane) {
 	ch := l.ch
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
-	s.cb.Revoked(ctx, []string{l.id})
+	s.revoke(func() { s.cb.Revoked(ctx, []string{l.id}) })
 	cancel()
-	s.mu.Lock()
-	s.lostSeq++
-	s.mu.Unlock()
 	s.cbMu.Unlock()
-	signal(s.wake)
 	if ch != nil {
 		_ = ch.Close() // the lane's run loop consumes again
 	}
@@ -693,7 +723,7 @@ func (s *sub) Close() error {
 		s.mu.Unlock()
 		if len(ids) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			s.cb.Revoked(ctx, ids)
+			s.revoke(func() { s.cb.Revoked(ctx, ids) })
 			cancel()
 		}
 		s.mu.Lock()
