@@ -730,9 +730,11 @@ func (m *member) Claimed(ids []string) {
 // stops fetching, lets the lanes' work finish within DrainTimeout (retries
 // included), commits what is settled, and lets the lanes go.
 func (m *member) Revoked(ctx context.Context, ids []string) {
-	timer := time.NewTimer(m.k.cfg.drainTimeout)
-	defer timer.Stop()
-	m.beginRevoke(ctx, timer.C)
+	// One bound for the whole drain: the wait for Receive and for the
+	// lanes' work share it.
+	drain, cancel := context.WithTimeout(ctx, m.k.cfg.drainTimeout)
+	defer cancel()
+	m.beginRevoke(drain)
 	defer m.endRevoke()
 
 	m.mu.Lock()
@@ -755,9 +757,7 @@ wait:
 	for _, ch := range idle {
 		select {
 		case <-ch:
-		case <-timer.C:
-			break wait
-		case <-ctx.Done():
+		case <-drain.Done():
 			break wait
 		}
 	}
@@ -772,9 +772,9 @@ wait:
 
 // Lost implements driver.Lanes: abandon the lanes without committing.
 func (m *member) Lost(ids []string) {
-	timer := time.NewTimer(time.Second)
-	defer timer.Stop()
-	m.beginRevoke(context.Background(), timer.C)
+	wait, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	m.beginRevoke(wait)
 	defer m.endRevoke()
 	m.mu.Lock()
 	for _, id := range ids {
@@ -787,10 +787,10 @@ func (m *member) Lost(ids []string) {
 	m.emit(Event{Kind: EventLost, Lanes: ids})
 }
 
-// beginRevoke stops fetching and waits, at most until ctx or timeout, for
-// an outstanding Receive to return and its deliveries to be dispatched.
+// beginRevoke stops fetching and waits, at most until ctx ends, for an
+// outstanding Receive to return and its deliveries to be dispatched.
 // Drivers make Receive return promptly when they revoke.
-func (m *member) beginRevoke(ctx context.Context, timeout <-chan time.Time) {
+func (m *member) beginRevoke(ctx context.Context) {
 	m.mu.Lock()
 	m.revokes++
 	received := m.receiving
@@ -798,7 +798,6 @@ func (m *member) beginRevoke(ctx context.Context, timeout <-chan time.Time) {
 	if received != nil {
 		select {
 		case <-received:
-		case <-timeout:
 		case <-ctx.Done():
 		}
 	}
