@@ -39,7 +39,9 @@
 //   - A topic is a durable topic exchange named after it.
 //   - A consumer group is a durable queue "<topic>:<group>" bound to the
 //     exchange with "#": every group gets every message; the members of a
-//     group are competing consumers of its queue.
+//     group are competing consumers of its queue. The queues of a group
+//     the user did not name (a throwaway group) expire EphemeralExpiry
+//     after their last consumer leaves (x-expires).
 //   - Retries (see Nack below) go through durable queues
 //     "<topic>:<group>:retry:<ms>ms" with that message TTL, which
 //     dead-letter back into the group's queue.

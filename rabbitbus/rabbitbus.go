@@ -362,6 +362,11 @@ func partitionQueue(topic, group string, p int) string {
 	return topic + ":" + group + ":" + strconv.Itoa(p)
 }
 
+// EphemeralExpiry is how long the queues of a throwaway group (one the
+// user did not name) outlive their last consumer (RabbitMQ's x-expires),
+// so that a reconnect finds them and nothing is left behind for long.
+const EphemeralExpiry = time.Minute
+
 func (c *conn) queueArgs() amqp.Table {
 	return amqp.Table{amqp.QueueTypeArg: c.cfg.queueType}
 }

@@ -29,6 +29,7 @@ type sub struct {
 	link     *link
 	topic    string
 	group    string
+	expires  bool // a throwaway group: its queues go when unused
 	part     bool
 	quorum   bool
 	cb       driver.Lanes
@@ -97,7 +98,7 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		return nil, fmt.Errorf("rabbitbus: subscribe %q: %w", topic, err)
 	}
 	s := &sub{
-		c: c, link: l, topic: topic, group: opts.Group,
+		c: c, link: l, topic: topic, group: opts.Group, expires: opts.Ephemeral,
 		part: c.cfg.partitions > 0, quorum: c.cfg.quorum(),
 		cb: opts.Lanes, prefetch: max(1, min(opts.MaxInFlight, math.MaxUint16)),
 		wake: make(chan struct{}, 1),
@@ -172,6 +173,9 @@ func (l *lane) declare(ch *amqp.Channel) error {
 	}
 	s.c.record("x", s.topic)
 	args := s.c.queueArgs()
+	if s.expires {
+		args["x-expires"] = int32(EphemeralExpiry / time.Millisecond)
+	}
 	src, key := s.topic, "#"
 	if s.part {
 		hx := hashExchange(s.topic, s.group)
