@@ -57,18 +57,6 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// eventually polls cond until it holds or d passes, then fails with msg.
-func eventually(t testing.TB, d time.Duration, cond func() bool, msg func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, msg())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // run starts k.Run and returns a function that stops it gracefully (also
 // called at cleanup).
 func run(t testing.TB, k *omnibus.Consumer) (stop func()) {

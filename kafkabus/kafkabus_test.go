@@ -18,6 +18,7 @@ import (
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
 	"github.com/omnibus-go/omnibus/kafkabus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // ids counts the unique message IDs handled across consumers.
@@ -97,13 +98,13 @@ func TestRebalance(t *testing.T) {
 		want = append(want, "m"+strconv.Itoa(i))
 	}
 
-	eventually(t, time.Minute, func() bool { return seen.unique() > n/4 }, func() string { return "no progress" })
+	transporttest.Eventually(t, time.Minute, func() bool { return seen.unique() > n/4 }, func() string { return "no progress" })
 	// b leaves the group gracefully: its partitions are drained and
 	// committed, then move to a and c.
 	if err := b.Shutdown(ctxT(t)); err != nil {
 		t.Fatalf("b.Shutdown: %v", err)
 	}
-	eventually(t, time.Minute, func() bool { return seen.unique() > n/2 }, func() string { return "no progress after b left" })
+	transporttest.Eventually(t, time.Minute, func() bool { return seen.unique() > n/2 }, func() string { return "no progress after b left" })
 	// d joins and takes partitions from a and c.
 	d := member("d")
 	stopD := run(t, d)
@@ -111,7 +112,7 @@ func TestRebalance(t *testing.T) {
 	if perr != nil {
 		t.Fatalf("Publish: %v", perr)
 	}
-	eventually(t, time.Minute, func() bool { return seen.unique() == n }, func() string {
+	transporttest.Eventually(t, time.Minute, func() bool { return seen.unique() == n }, func() string {
 		return fmt.Sprintf("handled %d of %d unique IDs", seen.unique(), n)
 	})
 	stopA()
@@ -252,7 +253,7 @@ func TestTooLarge(t *testing.T) {
 		t.Fatalf("Subscribe: %v", err)
 	}
 	run(t, k)
-	eventually(t, 30*time.Second, func() bool { return seen.unique() == 2 }, func() string {
+	transporttest.Eventually(t, 30*time.Second, func() bool { return seen.unique() == 2 }, func() string {
 		return fmt.Sprintf("received %d of the 2 small messages", seen.unique())
 	})
 }
@@ -335,7 +336,7 @@ func TestNewPartitions(t *testing.T) {
 	if err := admin.Publish(ctxT(t), "growing", ms...); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, func() bool { return seen.unique() == len(ms) }, func() string {
+	transporttest.Eventually(t, time.Minute, func() bool { return seen.unique() == len(ms) }, func() string {
 		var lanes []string
 		laneSeen.Range(func(k, _ any) bool { lanes = append(lanes, k.(string)); return true })
 		return fmt.Sprintf("received %d of %d; lanes seen %v", seen.unique(), len(ms), lanes)
@@ -501,7 +502,7 @@ func TestOldMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, k)
-	eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return got != nil }, func() string { return "not received" })
+	transporttest.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return got != nil }, func() string { return "not received" })
 	mu.Lock()
 	defer mu.Unlock()
 	if !got.Time.Equal(when) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/testenv"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // kcat returns the path of the kcat binary (librdkafka's CLI). It fails
@@ -132,7 +133,7 @@ func TestKcatInterop(t *testing.T) {
 			t.Fatalf("Subscribe: %v", err)
 		}
 		stop := run(t, k)
-		eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 }, func() string {
+		transporttest.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 }, func() string {
 			return fmt.Sprintf("received %d of 3 kcat records", len(got))
 		})
 		stop()

@@ -127,15 +127,3 @@ func restart(ctx context.Context, t testing.TB) {
 	}
 	start()
 }
-
-// eventually polls cond until it holds or d passes, then fails with msg.
-func eventually(t testing.TB, d time.Duration, cond func() bool, msg func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, msg())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestPartitionedKeyOrder runs 3 members of one group, each on a client
@@ -68,7 +69,7 @@ func TestPartitionedKeyOrder(t *testing.T) {
 			time.Sleep(time.Second) // let the members rebalance mid-stream
 		}
 	}
-	eventually(t, 90*time.Second, func() bool {
+	transporttest.Eventually(t, 90*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen) == n

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestRestart restarts the broker application while 20,000 messages with
@@ -79,7 +80,7 @@ func TestRestart(t *testing.T) {
 		}
 	}()
 
-	eventually(t, time.Minute, func() bool { return published.Load() >= n/4 }, func() string {
+	transporttest.Eventually(t, time.Minute, func() bool { return published.Load() >= n/4 }, func() string {
 		return fmt.Sprintf("published %d before the restart", published.Load())
 	})
 	start := stopApp(t)
@@ -102,7 +103,7 @@ func TestRestart(t *testing.T) {
 		}
 		return miss
 	}
-	eventually(t, 2*time.Minute, func() bool { return len(missing()) == 0 }, func() string {
+	transporttest.Eventually(t, 2*time.Minute, func() bool { return len(missing()) == 0 }, func() string {
 		miss := missing()
 		return fmt.Sprintf("%d confirmed messages never handled, e.g. %v", len(miss), miss[:min(5, len(miss))])
 	})

@@ -104,8 +104,9 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// eventually polls cond until it holds or d passes, then fails with msg.
-func eventually(t testing.TB, d time.Duration, cond func() bool, msg func() string) {
+// Eventually polls cond every 20ms until it holds or d passes, then
+// fails t with msg's text. Transport tests use it for every wait.
+func Eventually(t testing.TB, d time.Duration, cond func() bool, msg func() string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -264,7 +265,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 	if err := pub.Publish(ctxT(t), topic, want); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	eventually(t, timeout, func() bool { return col.unique() == 1 }, func() string { return "message not received" })
+	Eventually(t, timeout, func() bool { return col.unique() == 1 }, func() string { return "message not received" })
 	stop()
 	got := col.msgs[want.ID]
 	if got == nil {
@@ -319,7 +320,7 @@ func (s *suite) testBodies(t *testing.T) {
 		}
 		ids[name] = m.ID
 	}
-	eventually(t, timeout, func() bool { return col.unique() == len(bodies) }, func() string {
+	Eventually(t, timeout, func() bool { return col.unique() == len(bodies) }, func() string {
 		return fmt.Sprintf("received %d of %d bodies", col.unique(), len(bodies))
 	})
 	stop()
@@ -357,7 +358,7 @@ func (s *suite) testOrderPerLane(t *testing.T) {
 	stop := run(t, k)
 	const n, keys = 2000, 20
 	ids := publishN(t, pub, topic, n, keys, 16)
-	eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
+	Eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
 		return fmt.Sprintf("received %d of %d", col.unique(), n)
 	})
 	stop()
@@ -405,7 +406,7 @@ func (s *suite) testOrderPerKey(t *testing.T) {
 	stop := run(t, k)
 	const n, keys = 3000, 50
 	ids := publishN(t, pub, topic, n, keys, 16)
-	eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
+	Eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
 		return fmt.Sprintf("received %d of %d", col.unique(), n)
 	})
 	stop()
@@ -431,9 +432,11 @@ func (s *suite) testGroupTakeover(t *testing.T) {
 	stop := run(t, k)
 	const n = 4000
 	ids := publishN(t, pub, topic, n/2, 40, 32)
-	caps := pub.Capabilities()
-	if caps.LaneCap {
-		eventually(t, timeout, func() bool {
+	if pub.Capabilities().LaneCap {
+		// Both members hold lanes. Messages keep coming while we wait: on
+		// some transports a member learns it holds a lane from its first
+		// delivery.
+		split := func() bool {
 			members := map[int]bool{}
 			for _, l := range k.Stats().Lanes {
 				if l.Member >= 0 {
@@ -441,16 +444,23 @@ func (s *suite) testGroupTakeover(t *testing.T) {
 				}
 			}
 			return len(members) == 2
-		}, func() string { return fmt.Sprintf("lanes not split over 2 members: %+v", k.Stats().Lanes) })
+		}
+		for deadline := time.Now().Add(timeout); !split(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("after %v: lanes not split over 2 members: %+v", timeout, k.Stats().Lanes)
+			}
+			ids = append(ids, publishN(t, pub, topic, 40, 40, 32)...)
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
-	eventually(t, timeout, func() bool { return col.unique() > n/8 }, func() string { return "no progress" })
+	Eventually(t, timeout, func() bool { return col.unique() > n/8 }, func() string { return "no progress" })
 	// One member leaves mid-stream; the other takes its lanes over.
 	if err := k.Scale(ctxT(t), 1); err != nil {
 		t.Fatalf("Scale(1): %v", err)
 	}
 	ids = append(ids, publishN(t, pub, topic, n/2, 40, 32)...)
-	eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
-		return fmt.Sprintf("received %d of %d unique IDs after a member left", col.unique(), n)
+	Eventually(t, timeout, func() bool { return col.unique() == len(ids) }, func() string {
+		return fmt.Sprintf("received %d of %d unique IDs after a member left", col.unique(), len(ids))
 	})
 	stop()
 	if miss := col.missing(ids); len(miss) > 0 {
@@ -470,7 +480,7 @@ func (s *suite) testGroups(t *testing.T) {
 	const n = 500
 	ids := publishN(t, pub, topic, n, 10, 8)
 	for i, col := range cols {
-		eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
+		Eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
 			return fmt.Sprintf("group %d received %d of %d", i, col.unique(), n)
 		})
 		if miss := col.missing(ids); len(miss) > 0 {
@@ -489,7 +499,7 @@ func (s *suite) testReplay(t *testing.T) {
 	col := newCollector()
 	k := s.subscribe(t, s.open(t), topic, col.handler, omnibus.Group("late"), omnibus.StartFrom(omnibus.StartEarliest))
 	run(t, k)
-	eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
+	Eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
 		return fmt.Sprintf("new group replayed %d of %d", col.unique(), n)
 	})
 	if miss := col.missing(ids); len(miss) > 0 {
@@ -501,7 +511,7 @@ func (s *suite) testReplay(t *testing.T) {
 	run(t, k2)
 	time.Sleep(500 * time.Millisecond) // let the group join before publishing
 	more := publishN(t, pub, topic, 10, 5, 8)
-	eventually(t, timeout, func() bool { return late.unique() >= 10 }, func() string {
+	Eventually(t, timeout, func() bool { return late.unique() >= 10 }, func() string {
 		return fmt.Sprintf("latest group received %d of 10", late.unique())
 	})
 	if miss := late.missing(more); len(miss) > 0 {
@@ -535,7 +545,7 @@ func (s *suite) testRetry(t *testing.T) {
 	run(t, k)
 	const n = 50
 	ids := publishN(t, pub, topic, n, 5, 8)
-	eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
+	Eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
 		return fmt.Sprintf("%d of %d succeeded after retries", col.unique(), n)
 	})
 	mu.Lock()
@@ -592,7 +602,7 @@ func (s *suite) testDeadLetter(t *testing.T) {
 	if err := pub.Publish(ctxT(t), topic, ms...); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	eventually(t, timeout, func() bool { return ok.unique() == 48 && dead.unique() == 12 }, func() string {
+	Eventually(t, timeout, func() bool { return ok.unique() == 48 && dead.unique() == 12 }, func() string {
 		return fmt.Sprintf("processed %d of 48, dead-lettered %d of 12", ok.unique(), dead.unique())
 	})
 	time.Sleep(300 * time.Millisecond) // a duplicate would show up now
@@ -634,7 +644,7 @@ func (s *suite) testDeadLetterNamed(t *testing.T) {
 	run(t, k)
 	ids := publishN(t, pub, topic, 20, 4, 8)
 	dead := newCollector()
-	eventually(t, timeout, func() bool {
+	Eventually(t, timeout, func() bool {
 		if dead.unique() > 0 {
 			return true
 		}
@@ -647,7 +657,7 @@ func (s *suite) testDeadLetterNamed(t *testing.T) {
 		run(t, kd)
 		return true
 	}, func() string { return fmt.Sprintf("dead-letter topic %q never appeared", dlq) })
-	eventually(t, timeout, func() bool { return dead.unique() == len(ids) }, func() string {
+	Eventually(t, timeout, func() bool { return dead.unique() == len(ids) }, func() string {
 		return fmt.Sprintf("%d of %d dead letters in %q", dead.unique(), len(ids), dlq)
 	})
 }
@@ -687,7 +697,7 @@ func (s *suite) testLag(t *testing.T) {
 	const n = 200
 	publishN(t, pub, topic, n, 10, 8)
 	var last int64
-	eventually(t, timeout, func() bool {
+	Eventually(t, timeout, func() bool {
 		lag, ok := total()
 		last = lag
 		return ok && lag >= n-20 && lag <= n
@@ -695,7 +705,7 @@ func (s *suite) testLag(t *testing.T) {
 		return fmt.Sprintf("lag %d with %d unprocessed messages (at most 10 in flight)", last, n)
 	})
 	close(release)
-	eventually(t, timeout, func() bool {
+	Eventually(t, timeout, func() bool {
 		lag, ok := total()
 		last = lag
 		return ok && lag == 0 && col.unique() == n
@@ -717,7 +727,7 @@ func (s *suite) testShutdownCommits(t *testing.T) {
 	go func() { done <- k.Run(context.Background()) }()
 	const n = 1000
 	ids := publishN(t, pub, topic, n, 20, 8)
-	eventually(t, timeout, func() bool { return first.unique() > n/3 }, func() string { return "no progress" })
+	Eventually(t, timeout, func() bool { return first.unique() > n/3 }, func() string { return "no progress" })
 	if err := k.Shutdown(ctxT(t)); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
@@ -730,7 +740,7 @@ func (s *suite) testShutdownCommits(t *testing.T) {
 	second := newCollector()
 	k2 := s.subscribe(t, s.open(t), topic, second.handler, append(earliest(pub), omnibus.Group("drain"))...)
 	run(t, k2)
-	eventually(t, timeout, func() bool {
+	Eventually(t, timeout, func() bool {
 		return first.unique()+second.unique() >= n && len(second.missing(first.missing(ids))) == 0
 	}, func() string {
 		return fmt.Sprintf("first run %d, second run %d, of %d", handled, second.unique(), n)
@@ -802,7 +812,7 @@ func (s *suite) testClose(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- k.Run(context.Background()) }()
 		publishN(t, c, topic, 100, 4, 8)
-		eventually(t, timeout, func() bool { return col.unique() == 100 }, func() string {
+		Eventually(t, timeout, func() bool { return col.unique() == 100 }, func() string {
 			return fmt.Sprintf("received %d of 100", col.unique())
 		})
 		if err := k.Close(); err != nil {
@@ -848,10 +858,10 @@ func (s *suite) testReconnect(t *testing.T) {
 	k := s.subscribe(t, sub, topic, col.handler, append(earliest(sub), omnibus.Group("reconnect"))...)
 	run(t, k)
 	ids := publishN(t, pub, topic, 200, 4, 8)
-	eventually(t, timeout, func() bool { return col.unique() == 200 }, func() string { return "no delivery before restart" })
+	Eventually(t, timeout, func() bool { return col.unique() == 200 }, func() string { return "no delivery before restart" })
 	s.h.Restart(ctxT(t), t)
 	ids = append(ids, publishN(t, pub, topic, 200, 4, 8)...)
-	eventually(t, timeout, func() bool { return col.unique() == 400 }, func() string {
+	Eventually(t, timeout, func() bool { return col.unique() == 400 }, func() string {
 		return fmt.Sprintf("received %d of 400 across a restart", col.unique())
 	})
 	if miss := col.missing(ids); len(miss) > 0 {
