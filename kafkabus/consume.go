@@ -372,29 +372,60 @@ func (s *sub) Commit(ctx context.Context, ds []*driver.Delivery) error {
 // high watermark minus the group's committed offset, or minus the log
 // start offset when the group has committed nothing there. A partition
 // whose offsets cannot be read has Known false.
+
 func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
-	adm := s.conn.adm
-	ends, err := adm.ListEndOffsets(ctx, s.topic)
-	if err != nil && len(ends) == 0 {
+	s.mu.Lock()
+	n := s.partitions
+	s.mu.Unlock()
+	lags, err := s.conn.lag(ctx, s.topic, s.group, n)
+	if err == nil {
 		s.mu.Lock()
-		n := s.partitions
+		s.partitions = len(lags)
 		s.mu.Unlock()
-		if n == 0 {
-			return nil, fmt.Errorf("kafkabus: lag %q: end offsets: %w", s.topic, classify(err))
+	}
+	return lags, err
+}
+
+// GroupLag implements driver.GroupLagReader: the lag of group on every
+// partition of topic, read with the admin client, without joining. A
+// group the cluster does not know is ErrNotFound.
+func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.LaneLag, error) {
+	if err := c.checkOpen("lag", topic); err != nil {
+		return nil, err
+	}
+	groups, err := c.adm.DescribeGroups(ctx, group)
+	if err != nil {
+		return nil, fmt.Errorf("kafkabus: lag %q group %q: %w", topic, group, classify(err))
+	}
+	if g, ok := groups[group]; !ok || g.State == "Dead" {
+		return nil, fmt.Errorf("kafkabus: lag %q: group %q: %w", topic, group, driver.ErrNotFound)
+	}
+	return c.lag(ctx, topic, group, 0)
+}
+
+// lag reads the group's lag on every partition of topic: the end offset
+// minus the committed offset, or minus the log start where the group has
+// committed nothing. known is the partition count from an earlier read,
+// so that a failed read still lists every partition, as unknown.
+func (c *conn) lag(ctx context.Context, topic, group string, known int) ([]driver.LaneLag, error) {
+	adm := c.adm
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil && len(ends) == 0 {
+		if known == 0 {
+			return nil, fmt.Errorf("kafkabus: lag %q: end offsets: %w", topic, classify(err))
 		}
-		// The partitions are known from an earlier read: each is unknown.
-		lags := make([]driver.LaneLag, n)
+		lags := make([]driver.LaneLag, known)
 		for p := range lags {
 			lags[p] = driver.LaneLag{Lane: laneName(int32(p))}
 		}
 		return lags, nil
 	}
-	topicEnds := ends[s.topic]
+	topicEnds := ends[topic]
 	if bad, ok := topicEnds[-1]; ok && bad.Err != nil {
-		return nil, fmt.Errorf("kafkabus: lag %q: %w", s.topic, classify(bad.Err))
+		return nil, fmt.Errorf("kafkabus: lag %q: %w", topic, classify(bad.Err))
 	}
-	starts, serr := adm.ListStartOffsets(ctx, s.topic)
-	committed, cerr := adm.FetchOffsets(ctx, s.group)
+	starts, serr := adm.ListStartOffsets(ctx, topic)
+	committed, cerr := adm.FetchOffsets(ctx, group)
 	parts := make([]int32, 0, len(topicEnds))
 	for p := range topicEnds {
 		if p >= 0 {
@@ -408,10 +439,10 @@ func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 		l := driver.LaneLag{Lane: laneName(p)}
 		from := int64(-1)
 		if cerr == nil {
-			if o, ok := committed.Lookup(s.topic, p); ok && o.Err == nil && o.At >= 0 {
+			if o, ok := committed.Lookup(topic, p); ok && o.Err == nil && o.At >= 0 {
 				from = o.At
 			} else if !ok || o.Err == nil {
-				if st, ok := starts.Lookup(s.topic, p); ok && serr == nil && st.Err == nil && st.Offset >= 0 {
+				if st, ok := starts.Lookup(topic, p); ok && serr == nil && st.Err == nil && st.Offset >= 0 {
 					from = st.Offset
 				}
 			}
@@ -421,9 +452,6 @@ func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 		}
 		lags = append(lags, l)
 	}
-	s.mu.Lock()
-	s.partitions = len(lags)
-	s.mu.Unlock()
 	return lags, nil
 }
 

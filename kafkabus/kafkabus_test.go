@@ -378,6 +378,14 @@ func TestLagUnknown(t *testing.T) {
 	if sum != 1 {
 		t.Errorf("lag %d with one unconsumed message, want 1 (%+v)", sum, lags)
 	}
+	// From outside the group, as omnibus lag does.
+	outside, err := c.Lag(ctxT(t), "lagging", "lag")
+	if err != nil || len(outside) != 3 {
+		t.Fatalf("Client.Lag: %v %v, want 3 lanes", outside, err)
+	}
+	if _, err := c.Lag(ctxT(t), "lagging", "no-such-group"); !errors.Is(err, omnibus.ErrNotFound) {
+		t.Errorf("Client.Lag of a missing group: %v, want ErrNotFound", err)
+	}
 	cluster.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

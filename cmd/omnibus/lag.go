@@ -145,9 +145,13 @@ func (a *app) lag(ctx context.Context, o lagOptions) error {
 	return runLag(ctx, a.stdout, o, read)
 }
 
-// lagSource finds how to read a group's lag on c's transport: the driver's
-// own group lag reader, else a source for the scheme, else an error.
+// lagSource finds how to read a group's lag on c's transport: a source
+// for the scheme that also reads committed positions and members (Kafka),
+// else the driver's own group lag reader, else an error.
 func (a *app) lagSource(ctx context.Context, c *omnibus.Client) (lagSource, func(), error) {
+	if open, ok := lagSources[scheme(a.rawURL)]; ok {
+		return open(ctx, a.rawURL)
+	}
 	if glr, ok := c.Driver().(groupLagReader); ok {
 		gmr, _ := c.Driver().(groupMembersReader)
 		return func(ctx context.Context, topic, group string) (groupLag, error) {
@@ -163,9 +167,6 @@ func (a *app) lagSource(ctx context.Context, c *omnibus.Client) (lagSource, func
 			}
 			return g, nil
 		}, func() {}, nil
-	}
-	if open, ok := lagSources[scheme(a.rawURL)]; ok {
-		return open(ctx, a.rawURL)
 	}
 	return nil, nil, fmt.Errorf("lag: the %s transport cannot read a consumer group's lag from outside the group: %w",
 		scheme(a.rawURL), omnibus.ErrUnsupported)
