@@ -55,3 +55,27 @@ func TestThrowawayGroupQueuesExpire(t *testing.T) {
 		t.Errorf("a named group's queue has arguments it should not: %v", err)
 	}
 }
+
+// Client.Lag reads a group's queue depth from outside the group.
+func TestGroupLag(t *testing.T) {
+	ctx := context.Background()
+	c := open(ctx, t, "")
+	topic := "omnibus-grouplag-" + strings.ToLower(omnibus.NewID())
+	k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil }, omnibus.Group("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Close() // the queue stays; nobody consumes
+	for range 5 {
+		if err := c.Publish(ctx, topic, &omnibus.Message{Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lags, err := c.Lag(ctx, topic, "billing")
+	if err != nil || len(lags) != 1 || !lags[0].Known || lags[0].Lag != 5 {
+		t.Fatalf("Lag = %+v, %v; want one lane with 5", lags, err)
+	}
+	if _, err := c.Lag(ctx, topic, "nobody"); !errors.Is(err, omnibus.ErrNotFound) {
+		t.Errorf("Lag of a missing group: %v, want ErrNotFound", err)
+	}
+}

@@ -1,0 +1,63 @@
+package rabbitbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+var _ driver.GroupLagReader = (*conn)(nil)
+
+// GroupLag implements driver.GroupLagReader: the depth of each of the
+// group's queues (ready messages, plus those this client holds
+// unacknowledged), read with passive declares, without joining the
+// group. A group whose queue does not exist is ErrNotFound; a queue that
+// could not be read is a lane of unknown lag.
+func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.LaneLag, error) {
+	if err := c.checkOpen("lag", topic); err != nil {
+		return nil, err
+	}
+	queues := []string{groupQueue(topic, group)}
+	if n := c.cfg.partitions; n > 0 {
+		queues = make([]string, n)
+		for p := range n {
+			queues[p] = partitionQueue(topic, group, p)
+		}
+	}
+	ac, _, err := c.pub.get(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitbus: lag %q group %q: %w", topic, group, err)
+	}
+	held := c.held()
+	out := make([]driver.LaneLag, len(queues))
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			_ = ch.Close()
+		}
+	}()
+	for i, q := range queues {
+		out[i] = driver.LaneLag{Lane: strconv.Itoa(i)}
+		if ch == nil || ch.IsClosed() { // a failed passive declare closes the channel
+			if ch, err = ac.Channel(); err != nil {
+				ch = nil
+				continue
+			}
+		}
+		info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		var ae *amqp.Error
+		switch {
+		case errors.As(err, &ae) && ae.Code == amqp.NotFound && i == 0:
+			return nil, fmt.Errorf("rabbitbus: lag %q: group %q has no queue %q: %w", topic, group, q, driver.ErrNotFound)
+		case err != nil:
+			continue
+		}
+		out[i].Lag, out[i].Known = int64(info.Messages)+int64(held[q]), true
+	}
+	return out, nil
+}
