@@ -52,8 +52,15 @@ func rawPublish(b *testing.B, js jetstream.JetStream, subject string, n int, bod
 	for i := 0; i < n; i += benchBatch {
 		futs = futs[:0]
 		for j := i; j < min(n, i+benchBatch); j++ {
-			m := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
-			m.Header.Set(jetstream.MsgIDHeader, omnibus.NewID())
+			// The same CloudEvents attributes omnibus sends, so both sides
+			// move the same bytes.
+			id := omnibus.NewID()
+			m := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{
+				jetstream.MsgIDHeader:     {id},
+				natsbus.HeaderID:          {id},
+				natsbus.HeaderSpecVersion: {"1.0"},
+				natsbus.HeaderTime:        {time.Now().UTC().Format(time.RFC3339Nano)},
+			}}
 			f, err := js.PublishMsgAsync(m)
 			if err != nil {
 				b.Fatal(err)
