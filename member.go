@@ -296,7 +296,9 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 		if m.k.batch != nil {
 			s = l.slotLocked("")
 		} else {
-			s = &slot{lane: l, loose: true}
+			// A slot of its own, already holding its one entry: the
+			// runner starts it without taking the lock again.
+			s = &slot{lane: l, loose: true, running: 1}
 			l.loose[s] = struct{}{}
 		}
 	case OrderLane:
@@ -308,7 +310,7 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	if !s.active {
 		s.active = true
 		m.wg.Add(1)
-		go m.run(s)
+		go m.run(s, s.loose)
 	} else if s.wake != nil {
 		signal(s.wake)
 	}
@@ -334,11 +336,18 @@ func (l *lane) dropSlotLocked(s *slot) {
 // --- running handlers ---
 
 // run is a slot's runner: it handles the slot's queue in order until the
-// queue is empty or a retry has to wait.
-func (m *member) run(s *slot) {
+// queue is empty or a retry has to wait. ready says dispatch has already
+// taken the slot's one entry for it (OrderNone).
+func (m *member) run(s *slot, ready bool) {
 	defer m.wg.Done()
 	for {
-		batch, wait := m.take(s)
+		var batch []*entry
+		var wait time.Duration
+		if ready {
+			batch, ready = s.queue[:1:1], false
+		} else {
+			batch, wait = m.take(s)
+		}
 		if wait > 0 {
 			if !m.waitBatch(s, wait) {
 				return
@@ -494,6 +503,11 @@ func (m *member) settle(s *slot, batch []*entry, errs []error, latency time.Dura
 	s.queue = append(keep, rest...)
 	s.running = 0
 	if len(keep) == 0 {
+		if s.loose { // its one message is done: no need to look again
+			s.active = false
+			l.dropSlotLocked(s)
+			return false
+		}
 		return true
 	}
 	if l.gone || m.ctx.Err() != nil {
@@ -513,7 +527,7 @@ func (m *member) settle(s *slot, batch []*entry, errs []error, latency time.Dura
 		m.mu.Lock()
 		s.timer = nil
 		m.mu.Unlock()
-		m.run(s)
+		m.run(s, false)
 	})
 	return false
 }

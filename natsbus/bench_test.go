@@ -132,6 +132,11 @@ func BenchmarkPublish(b *testing.B) {
 	}
 }
 
+// benchWindow is the consume benchmark's in-flight window, the same on
+// both sides: omnibus.MaxInFlight for omnibus, and the pull and ack-pending
+// sizes natsbus derives from it for raw jetstream.
+const benchWindow = 1024
+
 func BenchmarkConsume(b *testing.B) {
 	for name, u := range benchServers(b) {
 		for _, size := range []int{100, 1024} {
@@ -156,7 +161,7 @@ func BenchmarkConsume(b *testing.B) {
 						close(done)
 					}
 					return nil
-				}, omnibus.Group("bench"), omnibus.StartFrom(omnibus.StartEarliest), omnibus.Order(omnibus.OrderNone))
+				}, omnibus.Group("bench"), omnibus.StartFrom(omnibus.StartEarliest), omnibus.Order(omnibus.OrderNone), omnibus.MaxInFlight(benchWindow))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -165,14 +170,15 @@ func BenchmarkConsume(b *testing.B) {
 				omni := time.Since(start)
 				_ = k.Shutdown(ctx)
 
-				// raw: a durable pull consumer, Messages iterator, Ack.
+				// raw: a durable pull consumer, Messages iterator, Ack, with
+				// the window natsbus gives a member of MaxInFlight benchWindow.
 				start = time.Now()
 				cons, err := js.CreateConsumer(ctx, rawName, jetstream.ConsumerConfig{
-					Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: 16 * 256})
+					Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: 16 * benchWindow})
 				if err != nil {
 					b.Fatal(err)
 				}
-				it, err := cons.Messages(jetstream.PullMaxMessages(256))
+				it, err := cons.Messages(jetstream.PullMaxMessages(2 * benchWindow))
 				if err != nil {
 					b.Fatal(err)
 				}
