@@ -103,6 +103,7 @@ type slot struct {
 	active  bool        // a runner or a retry timer owns the slot
 	timer   *time.Timer // pending retry
 	wake    chan struct{}
+	one     [1]*entry // a loose slot's entry, handed to its runner
 }
 
 type entry struct {
@@ -299,6 +300,7 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 			// A slot of its own, already holding its one entry: the
 			// runner starts it without taking the lock again.
 			s = &slot{lane: l, loose: true, running: 1}
+			s.one[0] = e
 			l.loose[s] = struct{}{}
 		}
 	case OrderLane:
@@ -344,7 +346,7 @@ func (m *member) run(s *slot, ready bool) {
 		var batch []*entry
 		var wait time.Duration
 		if ready {
-			batch, ready = s.queue[:1:1], false
+			batch, ready = s.one[:], false
 		} else {
 			batch, wait = m.take(s)
 		}
