@@ -4,10 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/transporttest"
@@ -34,25 +30,11 @@ func cleanupSuiteStreams(t *testing.T, serverURL string) {
 	// on the test's name without its "Test" prefix, anywhere.
 	name := strings.ToLower(topicRE.ReplaceAllString(strings.TrimPrefix(t.Name(), "Test"), "-"))
 	t.Cleanup(func() {
-		nc, err := nats.Connect(serverURL, nats.Timeout(2*time.Second))
-		if err != nil {
-			t.Logf("cleanup: %v", err)
-			return
-		}
-		defer nc.Close()
-		js, _ := jetstream.New(nc)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var del []string
-		for n := range js.StreamNames(ctx).Name() {
-			// The topics' streams, and the lease buckets of their groups.
-			if l := strings.ToLower(n); (strings.HasPrefix(l, "omnibus-") || strings.HasPrefix(l, "kv_omnibus-")) && strings.Contains(l, name+"-") {
-				del = append(del, n)
-			}
-		}
-		for _, n := range del {
-			_ = js.DeleteStream(ctx, n)
-		}
+		// The topics' streams, and the lease buckets of their groups.
+		deleteStreamsWhere(t, serverURL, func(n string) bool {
+			l := strings.ToLower(n)
+			return (strings.HasPrefix(l, "omnibus-") || strings.HasPrefix(l, "kv_omnibus-")) && strings.Contains(l, name+"-")
+		})
 	})
 }
 

@@ -44,11 +44,19 @@ func topicName(t testing.TB, serverURL string) string {
 }
 
 // deleteStreams removes every stream whose name starts with the
-// topic's stream name.
+// topic's stream name, and its groups' lease buckets.
 func deleteStreams(t testing.TB, serverURL, topic string) {
 	if strings.Contains(serverURL, natsbus.EmbeddedHost) {
 		return // the embedded server's store goes away with it
 	}
+	prefix := topicRE.ReplaceAllString(topic, "_")
+	deleteStreamsWhere(t, serverURL, func(n string) bool {
+		return strings.HasPrefix(n, prefix) || strings.HasPrefix(n, "KV_"+prefix)
+	})
+}
+
+// deleteStreamsWhere removes the streams of the server whose names match.
+func deleteStreamsWhere(t testing.TB, serverURL string, match func(name string) bool) {
 	nc, err := nats.Connect(serverURL, nats.Timeout(2*time.Second))
 	if err != nil {
 		t.Logf("cleanup: %v", err)
@@ -58,11 +66,9 @@ func deleteStreams(t testing.TB, serverURL, topic string) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	prefix := topicRE.ReplaceAllString(topic, "_")
-	names := js.StreamNames(ctx)
 	var del []string
-	for n := range names.Name() {
-		if strings.HasPrefix(n, prefix) || strings.HasPrefix(n, "KV_"+prefix) { // and its groups' lease buckets
+	for n := range js.StreamNames(ctx).Name() {
+		if match(n) {
 			del = append(del, n)
 		}
 	}
