@@ -472,3 +472,48 @@ func TestRunTwice(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+// In OrderKey, batches form per key: a batch never mixes keys, and each
+// key's messages arrive in order across its batches.
+func TestBatchesPerKey(t *testing.T) {
+	ctx := context.Background()
+	c := openMem(t)
+	var mu sync.Mutex
+	seqs := map[string][]int{}
+	total := 0
+	k, err := c.SubscribeBatch(ctx, "keyed", func(ctx context.Context, ms []*omnibus.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range ms {
+			if m.Key != ms[0].Key {
+				t.Errorf("a batch mixes keys %q and %q", ms[0].Key, m.Key)
+			}
+			n, _ := strconv.Atoi(string(m.Body))
+			seqs[m.Key] = append(seqs[m.Key], n)
+			total++
+		}
+		return nil
+	}, omnibus.Batch(7, 1<<20, 5*time.Millisecond), omnibus.Order(omnibus.OrderKey), omnibus.StartFrom(omnibus.StartEarliest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []*omnibus.Message
+	for i := range 300 {
+		ms = append(ms, &omnibus.Message{Key: "k" + strconv.Itoa(i%5), Body: []byte(strconv.Itoa(i / 5))})
+	}
+	if err := c.Publish(ctx, "keyed", ms...); err != nil {
+		t.Fatal(err)
+	}
+	go k.Run(ctx)
+	defer k.Close()
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return total == 300 }, "every batched message")
+	mu.Lock()
+	defer mu.Unlock()
+	for key, s := range seqs {
+		for i, n := range s {
+			if n != i {
+				t.Fatalf("key %s out of order across batches: %v", key, s)
+			}
+		}
+	}
+}
