@@ -517,3 +517,52 @@ func TestBatchesPerKey(t *testing.T) {
 		}
 	}
 }
+
+// MaxInFlight and MaxInFlightBytes bound what is received and unsettled:
+// with handlers that never finish, the engine stops fetching at the bound.
+func TestInFlightBounds(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		opt  omnibus.SubscribeOption
+		want int // most messages in flight
+	}{
+		{"messages", omnibus.MaxInFlight(5), 5},
+		{"bytes", omnibus.MaxInFlightBytes(10_000), 10}, // 1 KiB bodies
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := openMem(t)
+			release := make(chan struct{})
+			var running, peak atomic.Int64
+			k, err := c.Subscribe(ctx, "bounded", func(ctx context.Context, m *omnibus.Message) error {
+				n := running.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				running.Add(-1)
+				return nil
+			}, tt.opt, omnibus.Order(omnibus.OrderNone), omnibus.StartFrom(omnibus.StartEarliest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ms []*omnibus.Message
+			for range 300 {
+				ms = append(ms, &omnibus.Message{Body: make([]byte, 1024)})
+			}
+			if err := c.Publish(ctx, "bounded", ms...); err != nil {
+				t.Fatal(err)
+			}
+			go k.Run(ctx)
+			defer k.Close()
+			waitFor(t, func() bool { return running.Load() > 0 }, "handlers to start")
+			time.Sleep(100 * time.Millisecond) // a fetch past the bound would land now
+			if got := k.Stats().InFlight; got > tt.want || peak.Load() > int64(tt.want) {
+				t.Errorf("in flight %d, handlers at once %d; want at most %d", got, peak.Load(), tt.want)
+			}
+			close(release)
+		})
+	}
+}

@@ -68,6 +68,7 @@ type member struct {
 	inflight  int
 	bytes     int
 	pending   int // entries held for the watermark (settled or not)
+	avgSize   int // moving average of the size of received messages
 	acks      []*driver.Delivery
 	drained   chan struct{}     // closed when inflight reaches 0 while draining
 	epoch     uint64            // counts revocations
@@ -184,13 +185,22 @@ func (m *member) emit(e Event) {
 // room is how many deliveries the fetch loop may ask for now. Once
 // messages are in flight it waits until a quarter of the bound is free, so
 // that Receive returns batches rather than one message per settlement.
+//
+// The byte bound is kept before the messages are seen: the fetch asks for
+// as many as fit at the average size received so far (one at first, to
+// learn it).
 func (m *member) room() int {
 	cfg := &m.k.cfg
 	if m.revokes > 0 || m.bytes >= cfg.maxBytes || m.pending >= 16*cfg.maxInFlight {
 		return 0
 	}
-	n := cfg.maxInFlight - m.inflight
-	if m.inflight > 0 && n < max(1, cfg.maxInFlight/4) {
+	limit, n := cfg.maxInFlight, cfg.maxInFlight-m.inflight
+	if m.avgSize == 0 {
+		return 1
+	}
+	limit = max(1, min(limit, cfg.maxBytes/m.avgSize))
+	n = min(n, max(1, (cfg.maxBytes-m.bytes)/m.avgSize))
+	if m.inflight > 0 && n < max(1, limit/4) {
 		return 0
 	}
 	return n
@@ -281,6 +291,11 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	l.inflight++
 	m.inflight++
 	m.bytes += e.size
+	if m.avgSize == 0 {
+		m.avgSize = max(1, e.size)
+	} else {
+		m.avgSize = max(1, (7*m.avgSize+e.size)/8)
+	}
 	if m.committer != nil {
 		if l.tail == nil {
 			l.head = e
