@@ -79,20 +79,20 @@ type member struct {
 }
 
 type lane struct {
-	id        string
-	settled   *atomic.Int64 // the consumer's count for this lane id
-	ctx       context.Context
-	cancel    context.CancelFunc
-	slots     map[string]*slot // by key ("" for the whole lane)
-	loose     map[*slot]struct{}
-	head      *entry // oldest entry not yet under the watermark
-	tail      *entry
-	mark      *driver.Delivery // settled watermark not yet committed
-	inflight  int
-	revoking  bool
-	gone      bool
-	idle      chan struct{} // closed when inflight reaches 0 while revoking
-	committed int           // entries in the list
+	id       string
+	settled  *atomic.Int64 // the consumer's count for this lane id
+	ctx      context.Context
+	cancel   context.CancelFunc
+	slots    map[string]*slot // by key ("" for the whole lane)
+	loose    map[*slot]struct{}
+	head     *entry // oldest entry not yet under the watermark
+	tail     *entry
+	mark     *driver.Delivery // settled watermark not yet committed
+	inflight int
+	revoking bool
+	gone     bool
+	idle     chan struct{} // closed when inflight reaches 0 while revoking
+	held     int           // entries in the list
 }
 
 type slot struct {
@@ -303,7 +303,7 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 			l.tail.next = e
 		}
 		l.tail = e
-		l.committed++
+		l.held++
 		m.pending++
 	}
 	var s *slot
@@ -509,7 +509,7 @@ func (m *member) settle(s *slot, batch []*entry, errs []error, latency time.Dura
 		case contains(failed, e):
 			keep = append(keep, e)
 		case contains(nacked, e):
-			m.releaseLocked(e)
+			m.forgetLocked(e)
 		default:
 			m.ackLocked(e)
 		}
@@ -530,7 +530,7 @@ func (m *member) settle(s *slot, batch []*entry, errs []error, latency time.Dura
 	if l.gone || m.ctx.Err() != nil {
 		// Not retried here: release the slot's work to the transport.
 		for _, e := range s.queue {
-			m.releaseLocked(e)
+			m.forgetLocked(e)
 		}
 		s.queue = nil
 		return true
@@ -610,6 +610,8 @@ func (m *member) deadLetter(e *entry) error {
 
 // --- settlement ---
 
+// forgetLocked drops e from the in-flight accounting. Settled or not, the
+// engine is done with it; an unsettled one is delivered again later.
 func (m *member) forgetLocked(e *entry) {
 	l := e.lane
 	l.inflight--
@@ -647,7 +649,7 @@ func (m *member) ackLocked(e *entry) {
 		l.settled.Add(1)
 		l.mark = l.head.d
 		l.head = l.head.next
-		l.committed--
+		l.held--
 		m.pending--
 		advanced = true
 	}
@@ -658,9 +660,6 @@ func (m *member) ackLocked(e *entry) {
 		signal(m.settleCh)
 	}
 }
-
-// releaseLocked gives e up unsettled: the transport delivers it again.
-func (m *member) releaseLocked(e *entry) { m.forgetLocked(e) }
 
 // settleLoop sends acknowledgements as they come, coalesced, and commits
 // positions at most once per CommitInterval: acknowledgements free the
@@ -854,8 +853,8 @@ func (m *member) goneLocked(l *lane) {
 	m.dropQueuedLocked(l)
 	l.gone = true
 	l.cancel()
-	m.pending -= l.committed
-	l.committed = 0
+	m.pending -= l.held
+	l.held = 0
 	l.head, l.tail, l.mark = nil, nil, nil
 	if m.lanes[l.id] == l {
 		delete(m.lanes, l.id)
@@ -868,7 +867,7 @@ func (m *member) goneLocked(l *lane) {
 func (m *member) dropQueuedLocked(l *lane) {
 	drop := func(s *slot) {
 		for _, e := range s.queue[s.running:] {
-			m.releaseLocked(e)
+			m.forgetLocked(e)
 		}
 		s.queue = s.queue[:s.running]
 		if s.timer != nil && s.timer.Stop() {

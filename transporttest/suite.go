@@ -154,6 +154,16 @@ func (c *collector) handler(ctx context.Context, m *omnibus.Message) error {
 	return nil
 }
 
+// await waits until every one of ids has been handled, and fails naming
+// how many were not.
+func (c *collector) await(t *testing.T, ids []string) {
+	t.Helper()
+	Eventually(t, timeout, func() bool { return len(c.missing(ids)) == 0 }, func() string {
+		miss := c.missing(ids)
+		return fmt.Sprintf("%d of %d messages never handled, e.g. %v", len(miss), len(ids), miss[:min(5, len(miss))])
+	})
+}
+
 // missing lists the wanted IDs not seen.
 func (c *collector) missing(want []string) []string {
 	c.mu.Lock()
@@ -356,16 +366,9 @@ func (s *suite) testOrderPerLane(t *testing.T) {
 	col := newCollector()
 	k := s.subscribe(t, sub, topic, col.handler, append(earliest(sub), omnibus.Order(omnibus.OrderLane), omnibus.MaxInFlight(64))...)
 	stop := run(t, k)
-	const n, keys = 2000, 20
-	ids := publishN(t, pub, topic, n, keys, 16)
-	Eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
-		return fmt.Sprintf("received %d of %d", col.unique(), n)
-	})
+	col.await(t, publishN(t, pub, topic, 2000, 20, 16))
 	stop()
 	checkKeyOrder(t, col)
-	if miss := col.missing(ids); len(miss) > 0 {
-		t.Fatalf("%d messages lost, e.g. %v", len(miss), miss[:min(5, len(miss))])
-	}
 }
 
 // checkKeyOrder fails when a key's messages were handled out of order.
@@ -404,16 +407,10 @@ func (s *suite) testOrderPerKey(t *testing.T) {
 	}
 	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.Order(omnibus.OrderKey), omnibus.MaxInFlight(128))...)
 	stop := run(t, k)
-	const n, keys = 3000, 50
-	ids := publishN(t, pub, topic, n, keys, 16)
-	Eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
-		return fmt.Sprintf("received %d of %d", col.unique(), n)
-	})
+	const keys = 50
+	col.await(t, publishN(t, pub, topic, 3000, keys, 16))
 	stop()
 	checkKeyOrder(t, col)
-	if miss := col.missing(ids); len(miss) > 0 {
-		t.Fatalf("%d messages lost", len(miss))
-	}
 	if peak.Load() <= int64(s.h.Lanes) {
 		t.Errorf("key mode ran at most %d handlers at once with %d lanes and %d keys; want more than the lane count", peak.Load(), s.h.Lanes, keys)
 	}
@@ -477,15 +474,9 @@ func (s *suite) testGroups(t *testing.T) {
 		k := s.subscribe(t, s.open(t), topic, col.handler, append(earliest(pub), omnibus.Group(fmt.Sprintf("g%d", i)))...)
 		run(t, k)
 	}
-	const n = 500
-	ids := publishN(t, pub, topic, n, 10, 8)
-	for i, col := range cols {
-		Eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
-			return fmt.Sprintf("group %d received %d of %d", i, col.unique(), n)
-		})
-		if miss := col.missing(ids); len(miss) > 0 {
-			t.Fatalf("group %d lost %d", i, len(miss))
-		}
+	ids := publishN(t, pub, topic, 500, 10, 8)
+	for _, col := range cols {
+		col.await(t, ids)
 	}
 }
 
@@ -493,18 +484,12 @@ func (s *suite) testReplay(t *testing.T) {
 	pub := s.open(t)
 	need(t, pub.Capabilities().Replay, "Replay")
 	topic := s.topic(t, pub)
-	const n = 300
-	ids := publishN(t, pub, topic, n, 5, 8)
+	ids := publishN(t, pub, topic, 300, 5, 8)
 	// A group created after the messages, asking for the earliest.
 	col := newCollector()
 	k := s.subscribe(t, s.open(t), topic, col.handler, omnibus.Group("late"), omnibus.StartFrom(omnibus.StartEarliest))
 	run(t, k)
-	Eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
-		return fmt.Sprintf("new group replayed %d of %d", col.unique(), n)
-	})
-	if miss := col.missing(ids); len(miss) > 0 {
-		t.Fatalf("replay lost %d", len(miss))
-	}
+	col.await(t, ids)
 	// A new group asking for the latest sees only what comes after it.
 	late := newCollector()
 	k2 := s.subscribe(t, s.open(t), topic, late.handler, omnibus.Group("latest"), omnibus.StartFrom(omnibus.StartLatest))
@@ -543,11 +528,8 @@ func (s *suite) testRetry(t *testing.T) {
 	}
 	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.MaxAttempts(5), omnibus.Backoff(10*time.Millisecond, 50*time.Millisecond))...)
 	run(t, k)
-	const n = 50
-	ids := publishN(t, pub, topic, n, 5, 8)
-	Eventually(t, timeout, func() bool { return col.unique() == n }, func() string {
-		return fmt.Sprintf("%d of %d succeeded after retries", col.unique(), n)
-	})
+	ids := publishN(t, pub, topic, 50, 5, 8)
+	col.await(t, ids)
 	mu.Lock()
 	defer mu.Unlock()
 	for _, id := range ids {
