@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -75,6 +76,13 @@ type member struct {
 	revokedAt map[string]uint64 // lane -> epoch of its last revocation
 	revokes   int               // Revoked or Lost calls in progress
 	receiving chan struct{}     // non-nil while a Receive is outstanding; closed after its dispatch
+	fetchIdle bool              // the fetch loop waits for room
+	runq      []*slot           // active slots waiting for a worker, from runqHead on
+	runqHead  int
+	cond      sync.Cond // idle workers wait on it
+	idle      int       // idle workers not yet woken
+	waking    int       // workers woken or started that have not taken a slot yet
+	stopped   bool      // close: workers end
 	closeOnce sync.Once
 }
 
@@ -119,12 +127,12 @@ type entry struct {
 	arrived   time.Time
 	firstFail time.Time
 	lastFail  time.Time
-	lastErr   error
+	err       error // outcome of the last attempt
 }
 
 func newMember(k *Consumer, id int) *member {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &member{
+	m := &member{
 		k: k, id: id,
 		ctx: ctx, cancel: cancel,
 		fetchDone:  make(chan struct{}),
@@ -135,6 +143,8 @@ func newMember(k *Consumer, id int) *member {
 		lanes:      map[string]*lane{},
 		revokedAt:  map[string]uint64{},
 	}
+	m.cond.L = &m.mu
+	return m
 }
 
 // bind attaches the driver's subscriber and finds how it settles.
@@ -218,6 +228,7 @@ func (m *member) fetchLoop(ctx context.Context) {
 			received = make(chan struct{})
 			m.receiving = received
 		}
+		m.fetchIdle = n <= 0
 		m.mu.Unlock()
 		if n <= 0 {
 			select {
@@ -282,7 +293,24 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	if l.gone {
 		return // the lane went away; its next owner reads it again
 	}
-	e := &entry{d: d, lane: l, arrived: now}
+	// An unordered message without batching gets a slot of its own,
+	// allocated with its entry, already holding it: its runner starts
+	// without taking the lock again.
+	loose := m.k.cfg.ordering == OrderNone && m.k.batch == nil
+	var e *entry
+	var s *slot
+	if loose {
+		p := new(struct {
+			s slot
+			e entry
+		})
+		s, e = &p.s, &p.e
+		*s = slot{lane: l, loose: true, running: 1, one: [1]*entry{e}}
+		s.queue = s.one[:]
+	} else {
+		e = new(entry)
+	}
+	e.d, e.lane, e.arrived = d, l, now
 	if d.Attempt > 1 {
 		e.base = d.Attempt - 1
 	}
@@ -306,28 +334,18 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 		l.held++
 		m.pending++
 	}
-	var s *slot
-	switch m.k.cfg.ordering {
-	case OrderNone:
-		if m.k.batch != nil {
-			s = l.slotLocked("")
-		} else {
-			// A slot of its own, already holding its one entry: the
-			// runner starts it without taking the lock again.
-			s = &slot{lane: l, loose: true, running: 1}
-			s.one[0] = e
-			l.loose[s] = struct{}{}
-		}
-	case OrderLane:
-		s = l.slotLocked("")
-	default:
+	switch {
+	case loose:
+	case m.k.cfg.ordering == OrderKey:
 		s = l.slotLocked(d.Key)
+		s.queue = append(s.queue, e)
+	default:
+		s = l.slotLocked("")
+		s.queue = append(s.queue, e)
 	}
-	s.queue = append(s.queue, e)
 	if !s.active {
 		s.active = true
-		m.wg.Add(1)
-		go m.run(s, s.loose)
+		m.startLocked(s)
 	} else if s.wake != nil {
 		signal(s.wake)
 	}
@@ -352,11 +370,66 @@ func (l *lane) dropSlotLocked(s *slot) {
 
 // --- running handlers ---
 
-// run is a slot's runner: it handles the slot's queue in order until the
-// queue is empty or a retry has to wait. ready says dispatch has already
-// taken the slot's one entry for it (OrderNone).
-func (m *member) run(s *slot, ready bool) {
+// startLocked queues the active slot s for a worker.
+//
+// Workers start on demand and outlive their slots: a worker that takes a
+// slot and leaves more queued wakes (or starts) one more, so the pool grows
+// with the backlog, and a steady flow costs no goroutine (nor a hand-off)
+// per message. An idle worker waits while fewer than maxIdle others do,
+// and ends otherwise.
+func (m *member) startLocked(s *slot) {
+	m.runq = append(m.runq, s)
+	if m.waking == 0 {
+		m.wakeLocked()
+	}
+}
+
+// wakeLocked wakes an idle worker, or starts one.
+func (m *member) wakeLocked() {
+	m.waking++
+	if m.idle > 0 {
+		m.idle--
+		m.cond.Signal()
+		return
+	}
+	m.wg.Add(1)
+	go m.worker()
+}
+
+func (m *member) worker() {
 	defer m.wg.Done()
+	maxIdle := max(4, runtime.GOMAXPROCS(0))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.waking--
+	for !m.stopped {
+		if m.runqHead == len(m.runq) {
+			if m.idle >= maxIdle {
+				return
+			}
+			m.idle++
+			m.cond.Wait() // wakeLocked counted it out of idle
+			m.waking--
+			continue
+		}
+		s := m.runq[m.runqHead]
+		m.runq[m.runqHead] = nil
+		if m.runqHead++; m.runqHead == len(m.runq) {
+			m.runq, m.runqHead = m.runq[:0], 0
+		} else if m.waking == 0 {
+			m.wakeLocked()
+		}
+		m.mu.Unlock()
+		m.run(s)
+		m.mu.Lock()
+	}
+}
+
+// run handles s's queue in order until the queue is empty or a retry has
+// to wait. A loose slot (OrderNone) arrives with its one entry already
+// taken for it by dispatch.
+func (m *member) run(s *slot) {
+	ready := s.loose && s.running == 1
 	for {
 		var batch []*entry
 		var wait time.Duration
@@ -374,8 +447,8 @@ func (m *member) run(s *slot, ready bool) {
 		if batch == nil {
 			return
 		}
-		errs, latency := m.invoke(s.lane.ctx, batch)
-		if !m.settle(s, batch, errs, latency) {
+		latency := m.invoke(s.lane.ctx, batch)
+		if !m.settle(s, batch, latency) {
 			return
 		}
 	}
@@ -425,11 +498,13 @@ func (m *member) waitBatch(s *slot, d time.Duration) bool {
 	return true
 }
 
-// invoke runs the handler on batch and returns one outcome per entry.
-func (m *member) invoke(ctx context.Context, batch []*entry) (errs []error, latency time.Duration) {
+// invoke runs the handler on batch and leaves each entry's outcome in
+// its err.
+func (m *member) invoke(ctx context.Context, batch []*entry) (latency time.Duration) {
 	for _, e := range batch {
 		e.attempts++
 		e.msg.Attempt = e.base + e.attempts
+		e.err = nil
 	}
 	start := time.Now()
 	defer func() {
@@ -437,39 +512,38 @@ func (m *member) invoke(ctx context.Context, batch []*entry) (errs []error, late
 		if r := recover(); r != nil {
 			m.k.logger.Error("omnibus: handler panicked", "panic", r, "stack", string(debug.Stack()))
 			err := fmt.Errorf("handler panic: %v", r)
-			errs = make([]error, len(batch))
-			for i := range errs {
-				errs[i] = err
+			for _, e := range batch {
+				e.err = err
 			}
 		}
 	}()
 	if m.k.handler != nil {
-		return []error{m.k.handler(ctx, &batch[0].msg)}, 0
+		batch[0].err = m.k.handler(ctx, &batch[0].msg)
+		return 0
 	}
 	msgs := make([]*Message, len(batch))
 	for i, e := range batch {
 		msgs[i] = &e.msg
 	}
 	err := m.k.batch(ctx, msgs)
-	errs = make([]error, len(batch))
 	var be *BatchError
-	if errors.As(err, &be) && len(be.Errs) == len(batch) {
-		copy(errs, be.Errs)
-	} else if err != nil {
-		for i := range errs {
-			errs[i] = err
+	for i, e := range batch {
+		if errors.As(err, &be) && len(be.Errs) == len(batch) {
+			e.err = be.Errs[i]
+		} else {
+			e.err = err
 		}
 	}
-	return errs, 0
+	return 0
 }
 
 // settle applies the outcomes of a handled batch. It returns false when
 // the runner must end (a retry timer or nothing left owns the slot now).
-func (m *member) settle(s *slot, batch []*entry, errs []error, latency time.Duration) bool {
+func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
 	cfg := &m.k.cfg
 	var failed, dead []*entry
-	for i, e := range batch {
-		if errs[i] == nil {
+	for _, e := range batch {
+		if e.err == nil {
 			m.emit(Event{Kind: EventProcessed, Lane: e.d.Lane, Message: &e.msg, Latency: latency})
 			continue
 		}
@@ -477,9 +551,9 @@ func (m *member) settle(s *slot, batch []*entry, errs []error, latency time.Dura
 		if e.firstFail.IsZero() {
 			e.firstFail = now
 		}
-		e.lastFail, e.lastErr = now, errs[i]
-		m.emit(Event{Kind: EventFailed, Lane: e.d.Lane, Message: &e.msg, Err: errs[i], Latency: latency})
-		if IsPermanent(errs[i]) || e.base+e.attempts >= cfg.maxAttempts {
+		e.lastFail = now
+		m.emit(Event{Kind: EventFailed, Lane: e.d.Lane, Message: &e.msg, Err: e.err, Latency: latency})
+		if IsPermanent(e.err) || e.base+e.attempts >= cfg.maxAttempts {
 			dead = append(dead, e)
 		} else {
 			failed = append(failed, e)
@@ -539,12 +613,16 @@ func (m *member) settle(s *slot, batch []*entry, errs []error, latency time.Dura
 	for _, e := range keep {
 		m.emit(Event{Kind: EventRetried, Lane: e.d.Lane, Message: &e.msg, Delay: delay})
 	}
+	if s.loose {
+		l.loose[s] = struct{}{} // for a revocation to find it
+	}
 	m.wg.Add(1)
 	s.timer = time.AfterFunc(delay, func() {
+		defer m.wg.Done()
 		m.mu.Lock()
 		s.timer = nil
+		m.startLocked(s)
 		m.mu.Unlock()
-		m.run(s, false)
 	})
 	return false
 }
@@ -583,7 +661,7 @@ func (m *member) deadLetter(e *entry) error {
 	for k, v := range e.msg.Headers {
 		h[k] = v
 	}
-	h[HeaderDeadReason] = e.lastErr.Error()
+	h[HeaderDeadReason] = e.err.Error()
 	h[HeaderDeadAttempts] = strconv.Itoa(e.base + e.attempts)
 	h[HeaderDeadTopic] = m.k.topic
 	h[HeaderDeadGroup] = cfg.group
@@ -595,7 +673,7 @@ func (m *member) deadLetter(e *entry) error {
 	for try := 1; ; try++ {
 		err := m.k.client.publish(m.ctx, cfg.deadLetter, []*driver.Message{dm}, driver.PublishOptions{Durability: DurabilityAll, DeadLetter: true})
 		if err == nil {
-			m.emit(Event{Kind: EventDeadLettered, Lane: e.d.Lane, Message: &e.msg, Err: e.lastErr})
+			m.emit(Event{Kind: EventDeadLettered, Lane: e.d.Lane, Message: &e.msg, Err: e.err})
 			return nil
 		}
 		delay := cfg.backoff(try, rand.Float64)
@@ -618,7 +696,7 @@ func (m *member) forgetLocked(e *entry) {
 	m.inflight--
 	m.bytes -= e.size
 	e.msg.Body, e.d.Body = nil, nil
-	signal(m.roomCh)
+	m.wakeFetchLocked()
 	if l.idle != nil && l.inflight == 0 {
 		close(l.idle)
 		l.idle = nil
@@ -626,6 +704,14 @@ func (m *member) forgetLocked(e *entry) {
 	if m.drained != nil && m.inflight == 0 {
 		close(m.drained)
 		m.drained = nil
+	}
+}
+
+// wakeFetchLocked wakes the fetch loop when it waits and there is room.
+func (m *member) wakeFetchLocked() {
+	if m.fetchIdle && m.room() > 0 {
+		m.fetchIdle = false
+		signal(m.roomCh)
 	}
 }
 
@@ -640,7 +726,9 @@ func (m *member) ackLocked(e *entry) {
 	if m.committer == nil {
 		l.settled.Add(1)
 		m.acks = append(m.acks, e.d)
-		signal(m.settleCh)
+		if len(m.acks) == 1 { // the settle loop takes them all at once
+			signal(m.settleCh)
+		}
 		return
 	}
 	e.settled = true
@@ -657,6 +745,7 @@ func (m *member) ackLocked(e *entry) {
 		l.tail = nil
 	}
 	if advanced {
+		m.wakeFetchLocked() // the watermark bound may have held it
 		signal(m.settleCh)
 	}
 }
@@ -948,6 +1037,8 @@ func (m *member) close() {
 		m.stopFetching()
 		m.cancel()
 		m.mu.Lock()
+		m.stopped = true
+		m.cond.Broadcast()
 		for _, l := range m.lanes {
 			m.revokeLocked(l)
 			m.goneLocked(l)

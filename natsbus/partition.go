@@ -591,15 +591,15 @@ func (p *partitioned) detach(r *reader) (low uint64) {
 // lowestHeldLocked returns the lowest stream sequence of r's deliveries
 // not yet acknowledged, and forgets them when drop is set.
 func (s *sub) lowestHeldLocked(r *reader, drop bool) (low uint64) {
-	for k := range s.held {
-		if k.r != r {
+	for h := range s.held.all() {
+		if h.r != r {
 			continue
 		}
-		if low == 0 || k.seq < low {
-			low = k.seq
+		if low == 0 || h.seq < low {
+			low = h.seq
 		}
 		if drop {
-			delete(s.held, k)
+			s.held.remove(h)
 		}
 	}
 	return low

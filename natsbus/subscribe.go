@@ -148,7 +148,7 @@ func (c *conn) consumer(ctx context.Context, ref *streamRef, name string, spec c
 // sub is one group member.
 //
 // Goroutines: one pump per reader (a claimed lane's consumer), feeding
-// items; the keeper, sending in-progress signals for deliveries held
+// the inbox; the keeper, sending in-progress signals for deliveries held
 // long; in partitioned mode the lease goroutines (see partitioned). All
 // end in Close.
 type sub struct {
@@ -156,11 +156,15 @@ type sub struct {
 	topic  string
 	ref    *streamRef
 	opts   driver.SubscribeOptions
-	items  chan item
+	inbox  *inbox
 	closed chan struct{}
 	wg     sync.WaitGroup
 
 	wake chan struct{} // makes a Receive in progress return: a lane is going
+
+	// Receive's own: calls never overlap.
+	batch  []item
+	failed error // a read error to return from the next Receive
 	part *partitioned  // nil on an unpartitioned topic
 
 	// cleanup runs in Close after the readers stopped (ephemeral groups
@@ -169,20 +173,9 @@ type sub struct {
 
 	mu      sync.Mutex
 	readers map[string]*reader // by lane
-	held    map[heldKey]*held  // deliveries not yet acked, for in-progress signals
+	held    heldList           // deliveries not yet acked, for in-progress signals
 
 	closeOnce sync.Once
-}
-
-type heldKey struct {
-	r   *reader
-	seq uint64
-}
-
-type held struct {
-	msg   jetstream.Msg
-	since time.Time // received, or last in-progress signal
-	first time.Time
 }
 
 type item struct {
@@ -229,11 +222,10 @@ func (r *reader) valid(now time.Time) bool {
 func newSub(c *conn, topic string, ref *streamRef, opts driver.SubscribeOptions) *sub {
 	return &sub{
 		c: c, topic: topic, ref: ref, opts: opts,
-		items:   make(chan item, 64),
+		inbox:   newInbox(),
 		closed:  make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 		readers: map[string]*reader{},
-		held:    map[heldKey]*held{},
 	}
 }
 
@@ -250,7 +242,7 @@ func (s *sub) startPump(r *reader) {
 	go s.pump(r)
 }
 
-// pump moves messages from r's iterator to s.items until r stops.
+// pump moves messages from r's iterator to the inbox until r stops.
 func (s *sub) pump(r *reader) {
 	defer s.wg.Done()
 	defer close(r.done)
@@ -261,14 +253,7 @@ func (s *sub) pump(r *reader) {
 		r.itMu.Unlock()
 		msg, err := it.Next()
 		if err != nil {
-			if r.stopped.Load() {
-				return
-			}
-			select {
-			case s.items <- item{r: r, err: err}:
-			case <-r.stop:
-				return
-			case <-s.closed:
+			if r.stopped.Load() || !s.inbox.put(item{r: r, err: err}, r.stop, s.closed) {
 				return
 			}
 			if errors.Is(classify(err), driver.ErrNotFound) || errors.Is(classify(err), driver.ErrClosed) || s.c.nc.IsClosed() {
@@ -293,11 +278,7 @@ func (s *sub) pump(r *reader) {
 			continue
 		}
 		failures = 0
-		select {
-		case s.items <- item{r: r, msg: msg}:
-		case <-r.stop:
-			return
-		case <-s.closed:
+		if !s.inbox.put(item{r: r, msg: msg}, r.stop, s.closed) {
 			return
 		}
 	}
@@ -313,18 +294,39 @@ func (r *reader) stopAndWait() {
 	}
 }
 
+// Receive implements driver.Subscriber. It returns what the inbox holds,
+// up to max, waiting only while it is empty. A failed read is returned on
+// its own: when deliveries come with it, by the next Receive.
 func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
-	var ds []*driver.Delivery
-	for len(ds) == 0 {
-		select {
-		case it := <-s.items:
+	if err := s.failed; err != nil {
+		s.failed = nil
+		return nil, err
+	}
+	for {
+		s.batch = s.inbox.take(s.batch[:0], max)
+		var ds []*driver.Delivery
+		for i, it := range s.batch {
 			d, err := s.delivery(it)
-			if err != nil {
-				return nil, err
+			if err != nil && s.failed == nil {
+				s.failed = err
 			}
 			if d != nil {
 				ds = append(ds, d)
 			}
+			s.batch[i] = item{}
+		}
+		if len(ds) > 0 {
+			return ds, nil
+		}
+		if err := s.failed; err != nil {
+			s.failed = nil
+			return nil, err
+		}
+		if len(s.batch) > 0 {
+			continue // all of lanes given up: look again
+		}
+		select {
+		case <-s.inbox.ready:
 		case <-s.wake:
 			return nil, nil // a lane is being revoked or lost
 		case <-ctx.Done():
@@ -333,27 +335,12 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 			return nil, fmt.Errorf("natsbus: receive %q: %w", s.topic, driver.ErrClosed)
 		}
 	}
-	for len(ds) < max {
-		select {
-		case it := <-s.items:
-			d, err := s.delivery(it)
-			if err != nil {
-				return ds, nil // the error comes back with the next Receive
-			}
-			if d != nil {
-				ds = append(ds, d)
-			}
-			continue
-		default:
-		}
-		break
-	}
-	return ds, nil
 }
 
 // delivery converts an item; nil when it belongs to a lane given up.
 func (s *sub) delivery(it item) (*driver.Delivery, error) {
-	if it.r.stopped.Load() || !it.r.valid(time.Now()) {
+	now := time.Now()
+	if it.r.stopped.Load() || !it.r.valid(now) {
 		return nil, nil
 	}
 	if it.err != nil {
@@ -370,18 +357,18 @@ func (s *sub) delivery(it item) (*driver.Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: receive %q lane %s: %w", s.topic, it.r.lane, err)
 	}
-	d := &driver.Delivery{
+	h := &held{r: it.r, seq: md.Sequence.Stream, msg: it.msg, since: now, first: now}
+	h.d = driver.Delivery{
 		Lane:     it.r.lane,
-		Position: strconv.FormatUint(md.Sequence.Stream, 10),
+		Position: strconv.FormatUint(h.seq, 10),
 		Attempt:  int(md.NumDelivered),
-		Token:    heldKey{it.r, md.Sequence.Stream},
+		Token:    h,
 	}
-	fromMsg(&d.Message, it.msg.Headers(), it.msg.Data())
-	now := time.Now()
+	fromMsg(&h.d.Message, it.msg.Headers(), it.msg.Data())
 	s.mu.Lock()
-	s.held[heldKey{it.r, md.Sequence.Stream}] = &held{msg: it.msg, since: now, first: now}
+	s.held.push(h)
 	s.mu.Unlock()
-	return d, nil
+	return &h.d, nil
 }
 
 // take removes the deliveries from the held set and returns their
@@ -393,17 +380,14 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
 	now := time.Now()
 	s.mu.Lock()
 	for _, d := range ds {
-		k, ok := d.Token.(heldKey)
+		h, ok := d.Token.(*held)
 		if !ok {
 			continue
 		}
-		if h := s.held[k]; h != nil {
-			delete(s.held, k)
-			if k.r.valid(now) {
-				msgs = append(msgs, h.msg)
-				if ack && k.seq > k.r.acked.Load() {
-					k.r.acked.Store(k.seq) // under s.mu: no lost update
-				}
+		if s.held.remove(h) && h.r.valid(now) {
+			msgs = append(msgs, h.msg)
+			if ack && h.seq > h.r.acked.Load() {
+				h.r.acked.Store(h.seq) // under s.mu: no lost update
 			}
 		}
 	}
@@ -461,13 +445,12 @@ func (s *sub) startKeeper() {
 			case now := <-t.C:
 				var due []jetstream.Msg
 				s.mu.Lock()
-				for k, h := range s.held {
+				for h := range s.held.all() {
 					switch {
-					case !k.r.valid(now):
-						delete(s.held, k) // the lease ran out
-
+					case !h.r.valid(now):
+						s.held.remove(h) // the lease ran out
 					case now.Sub(h.first) > s.maxHold():
-						delete(s.held, k) // let the server redeliver it
+						s.held.remove(h) // let the server redeliver it
 					case now.Sub(h.since) > wait/2:
 						h.since = now
 						due = append(due, h.msg)
@@ -527,7 +510,7 @@ func (s *sub) Close() error {
 			s.part.leave(ctx)
 		}
 		s.mu.Lock()
-		s.held = map[heldKey]*held{}
+		s.held.clear()
 		s.mu.Unlock()
 		if s.cleanup != nil {
 			s.cleanup(ctx)

@@ -1,0 +1,98 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// TestInboxOrderAndBounds moves items from several pumps through the
+// inbox with takes of random sizes: every item arrives once, in its
+// pump's order, and the inbox never holds more than its bound.
+func TestInboxOrderAndBounds(t *testing.T) {
+	const pumps, each = 4, 5000
+	q := newInbox()
+	stop := make(chan struct{})
+	readers := make([]*reader, pumps)
+	var wg sync.WaitGroup
+	for p := range readers {
+		r := &reader{}
+		readers[p] = r
+		wg.Go(func() {
+			for i := range each {
+				// err carries the sequence: items need no real message.
+				if !q.put(item{r: r, err: seq(i)}, stop, nil) {
+					t.Error("put stopped")
+					return
+				}
+			}
+		})
+	}
+	next := map[*reader]int{}
+	var buf []item
+	for got := 0; got < pumps*each; {
+		buf = q.take(buf[:0], 1+rand.IntN(100))
+		if len(buf) == 0 {
+			select {
+			case <-q.ready:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no item for 5s after %d of %d", got, pumps*each)
+			}
+			continue
+		}
+		for _, it := range buf {
+			if want := next[it.r]; int(it.err.(seq)) != want {
+				t.Fatalf("pump item %d arrived, want %d", it.err.(seq), want)
+			}
+			next[it.r]++
+		}
+		got += len(buf)
+		q.mu.Lock()
+		if len(q.items) > inboxLen {
+			t.Fatalf("inbox holds %d, bound %d", len(q.items), inboxLen)
+		}
+		q.mu.Unlock()
+	}
+	wg.Wait()
+	close(stop)
+}
+
+type seq int
+
+func (s seq) Error() string { return "item" }
+
+// TestReceiveSkipsLanesGivenUp fills the inbox with items of a stopped
+// reader, with a live reader's item behind them: Receive passes over the
+// dead items and returns the live one rather than wait for more.
+func TestReceiveSkipsLanesGivenUp(t *testing.T) {
+	s := newSub(&conn{}, "orders", nil, driver.SubscribeOptions{MaxInFlight: 4})
+	dead, live := &reader{lane: "0"}, &reader{lane: "1"}
+	dead.stopped.Store(true)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for range inboxLen + 10 {
+			s.inbox.put(item{r: dead, err: errors.New("stale")}, stop, nil)
+		}
+		s.inbox.put(item{r: live, err: errors.New("live lane failed")}, stop, nil)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		ds, err := s.Receive(ctx, 4)
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatal("Receive waited with the live lane's item in the inbox")
+			}
+			return // the live lane's item, and nothing of the dead one
+		}
+		if len(ds) > 0 {
+			t.Fatalf("Receive returned %d deliveries of a stopped reader", len(ds))
+		}
+	}
+}
