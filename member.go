@@ -33,9 +33,10 @@ const (
 // Goroutines, all owned by the member and ended by shutdown or close:
 //   - fetch: calls Receive while there is room and dispatches deliveries;
 //   - settle: sends acknowledgements and commits, coalesced;
-//   - one runner per busy slot (a key in OrderKey, a lane in OrderLane, a
-//     message in OrderNone), alive while the slot has work;
-//   - retry timers, which start a runner when they fire.
+//   - workers, which run the slots (a key in OrderKey, a lane in
+//     OrderLane, a message in OrderNone) queued in runq, each slot by one
+//     worker at a time; started on demand, ended when idle beyond a few;
+//   - retry timers, which queue their slot again when they fire.
 //
 // Lock order: commitMu before mu. mu guards every field below it; no
 // driver call and no handler runs while mu is held.
@@ -109,10 +110,10 @@ type slot struct {
 	loose   bool
 	queue   []*entry
 	running int         // entries at the head of queue being handled
-	active  bool        // a runner or a retry timer owns the slot
+	active  bool        // queued, run by a worker, or waiting for a retry
 	timer   *time.Timer // pending retry
 	wake    chan struct{}
-	one     [1]*entry // a loose slot's entry, handed to its runner
+	one     [1]*entry // a loose slot's entry, taken for its worker by dispatch
 }
 
 type entry struct {
@@ -294,7 +295,7 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 		return // the lane went away; its next owner reads it again
 	}
 	// An unordered message without batching gets a slot of its own,
-	// allocated with its entry, already holding it: its runner starts
+	// allocated with its entry, already holding it: its worker starts
 	// without taking the lock again.
 	loose := m.k.cfg.ordering == OrderNone && m.k.batch == nil
 	var e *entry
@@ -455,7 +456,7 @@ func (m *member) run(s *slot) {
 }
 
 // take returns the next batch of s to handle, or a time to wait for more
-// messages, or nil when the runner should end (it then releases s).
+// messages, or nil when the slot is done (it then releases s).
 func (m *member) take(s *slot) ([]*entry, time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -538,7 +539,7 @@ func (m *member) invoke(ctx context.Context, batch []*entry) (latency time.Durat
 }
 
 // settle applies the outcomes of a handled batch. It returns false when
-// the runner must end (a retry timer or nothing left owns the slot now).
+// the worker must leave s (a retry timer or nothing owns the slot now).
 func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
 	cfg := &m.k.cfg
 	var failed, dead []*entry
@@ -963,7 +964,7 @@ func (m *member) dropQueuedLocked(l *lane) {
 			s.timer = nil
 			s.active = false
 			l.dropSlotLocked(s)
-			m.wg.Done() // the timer's runner will not start
+			m.wg.Done() // the timer will not fire
 		}
 		if s.wake != nil {
 			signal(s.wake)

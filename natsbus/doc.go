@@ -229,7 +229,8 @@
 //
 // Everything is safe for concurrent use. Each client holds one NATS
 // connection; each group member adds a pump goroutine per lane it reads
-// (the pull iterator's messages to Receive) and a keeper goroutine
+// (the pull iterator's messages into the member's inbox, a bounded queue
+// that Receive empties in batches) and a keeper goroutine
 // (in-progress signals). In partitioned mode a member also runs a
 // watcher (the lease bucket's keys), a refresher (heartbeat and leases)
 // and a balancer, the only goroutine that calls the engine's Lanes. All
