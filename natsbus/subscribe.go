@@ -164,8 +164,8 @@ type sub struct {
 
 	// Receive's own: calls never overlap.
 	batch  []item
-	failed error // a read error to return from the next Receive
-	part *partitioned  // nil on an unpartitioned topic
+	failed error        // a read error to return from the next Receive
+	part   *partitioned // nil on an unpartitioned topic
 
 	// cleanup runs in Close after the readers stopped (ephemeral groups
 	// delete their consumer there); nil when there is nothing to do.
