@@ -161,11 +161,11 @@ type sub struct {
 	wg     sync.WaitGroup
 
 	wake chan struct{} // makes a Receive in progress return: a lane is going
+	part *partitioned  // nil on an unpartitioned topic
 
 	// Receive's own: calls never overlap.
 	batch  []item
-	failed error        // a read error to return from the next Receive
-	part   *partitioned // nil on an unpartitioned topic
+	failed error // a read error to return from the next Receive
 
 	// cleanup runs in Close after the readers stopped (ephemeral groups
 	// delete their consumer there); nil when there is nothing to do.
