@@ -507,9 +507,14 @@ func (m *member) invoke(ctx context.Context, batch []*entry) (latency time.Durat
 		e.msg.Attempt = e.base + e.attempts
 		e.err = nil
 	}
-	start := time.Now()
+	var start time.Time
+	if m.k.cfg.observer != nil { // only events report it
+		start = time.Now()
+	}
 	defer func() {
-		latency = time.Since(start)
+		if !start.IsZero() {
+			latency = time.Since(start)
+		}
 		if r := recover(); r != nil {
 			m.k.logger.Error("omnibus: handler panicked", "panic", r, "stack", string(debug.Stack()))
 			err := fmt.Errorf("handler panic: %v", r)

@@ -106,6 +106,8 @@ func benchServers(b *testing.B) map[string]string {
 	return map[string]string{"external": externalURL(b)}
 }
 
+// BenchmarkPublish publishes b.N messages on each side, in the order
+// omnibus, raw, raw, omnibus (b.N/2 each time), as BenchmarkConsume does.
 func BenchmarkPublish(b *testing.B) {
 	for name, u := range benchServers(b) {
 		for _, size := range []int{100, 1024} {
@@ -119,15 +121,21 @@ func BenchmarkPublish(b *testing.B) {
 				// Warm up: create the stream and the connections' state.
 				omnibusPublish(b, c, topic, benchBatch, body)
 				rawPublish(b, js, rawName, benchBatch, body)
+				half := max(1, b.N/2)
+				timed := func(publish func()) time.Duration {
+					debug.FreeOSMemory()
+					start := time.Now()
+					publish()
+					return time.Since(start)
+				}
+				omniRun := func() { omnibusPublish(b, c, topic, half, body) }
+				rawRun := func() { rawPublish(b, js, rawName, half, body) }
 				b.ResetTimer()
-				start := time.Now()
-				omnibusPublish(b, c, topic, b.N, body)
-				omni := time.Since(start)
-				start = time.Now()
-				rawPublish(b, js, rawName, b.N, body)
-				raw := time.Since(start)
+				omni := timed(omniRun)
+				raw := timed(rawRun) + timed(rawRun)
+				omni += timed(omniRun)
 				b.StopTimer()
-				report(b, b.N, omni, raw)
+				report(b, 2*half, omni, raw)
 			})
 		}
 	}
@@ -138,6 +146,10 @@ func BenchmarkPublish(b *testing.B) {
 // sizes natsbus derives from it for raw jetstream.
 const benchWindow = 1024
 
+// BenchmarkConsume measures in the order omnibus, raw, raw, omnibus, each
+// on its own stream of b.N/2 messages, and adds up each side's time, so
+// that a drift of the shared machine over the run (the server's caches,
+// other work) weighs on both sides alike.
 func BenchmarkConsume(b *testing.B) {
 	for name, u := range benchServers(b) {
 		for _, size := range []int{100, 1024} {
@@ -146,67 +158,83 @@ func BenchmarkConsume(b *testing.B) {
 				c := open(b, u)
 				_, js := rawJS(b, u)
 				topic := topicName(b, u)
-				rawName := topic + "-raw"
-				rawStream(b, js, rawName)
-				omnibusPublish(b, c, topic, b.N, body)
-				rawPublish(b, js, rawName, b.N, body)
-				ctx := context.Background()
+				half := max(1, b.N/2)
+				omniTopics := []string{topic + "-1", topic + "-2"}
+				rawNames := []string{topic + "-raw1", topic + "-raw2"}
+				for i := range 2 { // topicName's cleanup deletes them all
+					omnibusPublish(b, c, omniTopics[i], half, body)
+					rawStream(b, js, rawNames[i])
+					rawPublish(b, js, rawNames[i], half, body)
+				}
 				b.ResetTimer()
-
-				// omnibus: a consumer group reading everything, unordered.
-				// Each side starts with the memory of the publishing above
-				// given back, so neither pays for the other's garbage.
-				debug.FreeOSMemory()
-				start := time.Now()
-				var got atomic.Int64
-				done := make(chan struct{})
-				k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error {
-					if got.Add(1) == int64(b.N) {
-						close(done)
-					}
-					return nil
-				}, omnibus.Group("bench"), omnibus.StartFrom(omnibus.StartEarliest), omnibus.Order(omnibus.OrderNone), omnibus.MaxInFlight(benchWindow))
-				if err != nil {
-					b.Fatal(err)
-				}
-				go func() { _ = k.Run(ctx) }()
-				<-done
-				omni := time.Since(start)
-				_ = k.Shutdown(ctx)
-
-				// raw: a durable pull consumer, Messages iterator, Ack, with
-				// the window natsbus gives a member of MaxInFlight benchWindow.
-				// It reads what omnibus hands a handler: the message ID and
-				// the delivery count.
-				debug.FreeOSMemory()
-				start = time.Now()
-				cons, err := js.CreateConsumer(ctx, rawName, jetstream.ConsumerConfig{
-					Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: 16 * benchWindow})
-				if err != nil {
-					b.Fatal(err)
-				}
-				it, err := cons.Messages(jetstream.PullMaxMessages(2 * benchWindow))
-				if err != nil {
-					b.Fatal(err)
-				}
-				for i := 0; i < b.N; i++ {
-					m, err := it.Next()
-					if err != nil {
-						b.Fatal(err)
-					}
-					md, err := m.Metadata()
-					if err != nil || md.NumDelivered == 0 || m.Headers().Get(natsbus.HeaderID) == "" {
-						b.Fatal("no metadata or message ID", err)
-					}
-					_ = m.Ack()
-				}
-				raw := time.Since(start)
-				it.Stop()
+				omni := consumeOmnibus(b, c, omniTopics[0], half)
+				raw := consumeRaw(b, js, rawNames[0], half)
+				raw += consumeRaw(b, js, rawNames[1], half)
+				omni += consumeOmnibus(b, c, omniTopics[1], half)
 				b.StopTimer()
-				report(b, b.N, omni, raw)
+				report(b, 2*half, omni, raw)
 			})
 		}
 	}
+}
+
+// consumeOmnibus reads n messages of topic with a consumer group,
+// unordered, and returns the time it took. It starts with the memory of
+// what ran before given back, so that no side pays for another's garbage.
+func consumeOmnibus(b *testing.B, c *omnibus.Client, topic string, n int) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	debug.FreeOSMemory()
+	start := time.Now()
+	var got atomic.Int64
+	done := make(chan struct{})
+	k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error {
+		if got.Add(1) == int64(n) {
+			close(done)
+		}
+		return nil
+	}, omnibus.Group("bench"), omnibus.StartFrom(omnibus.StartEarliest), omnibus.Order(omnibus.OrderNone), omnibus.MaxInFlight(benchWindow))
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = k.Run(ctx) }()
+	<-done
+	d := time.Since(start)
+	_ = k.Shutdown(ctx)
+	return d
+}
+
+// consumeRaw reads n messages of stream name as omnibus does: a durable
+// pull consumer, the Messages iterator and Ack, with the window natsbus
+// gives a member of MaxInFlight benchWindow. It reads what omnibus hands a
+// handler: the message ID and the delivery count.
+func consumeRaw(b *testing.B, js jetstream.JetStream, name string, n int) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	debug.FreeOSMemory()
+	start := time.Now()
+	cons, err := js.CreateConsumer(ctx, name, jetstream.ConsumerConfig{
+		Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: 16 * benchWindow})
+	if err != nil {
+		b.Fatal(err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(2 * benchWindow))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer it.Stop()
+	for range n {
+		m, err := it.Next()
+		if err != nil {
+			b.Fatal(err)
+		}
+		md, err := m.Metadata()
+		if err != nil || md.NumDelivered == 0 || m.Headers().Get(natsbus.HeaderID) == "" {
+			b.Fatal("no metadata or message ID", err)
+		}
+		_ = m.Ack()
+	}
+	return time.Since(start)
 }
 
 // BenchmarkEmbeddedStartup measures starting the embedded server (with

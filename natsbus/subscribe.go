@@ -305,8 +305,9 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 	for {
 		s.batch = s.inbox.take(s.batch[:0], max)
 		var ds []*driver.Delivery
+		now := time.Now()
 		for i, it := range s.batch {
-			d, err := s.delivery(it)
+			d, err := s.delivery(it, now)
 			if err != nil && s.failed == nil {
 				s.failed = err
 			}
@@ -337,9 +338,9 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 	}
 }
 
-// delivery converts an item; nil when it belongs to a lane given up.
-func (s *sub) delivery(it item) (*driver.Delivery, error) {
-	now := time.Now()
+// delivery converts an item, received at now; nil when it belongs to a
+// lane given up.
+func (s *sub) delivery(it item, now time.Time) (*driver.Delivery, error) {
 	if it.r.stopped.Load() || !it.r.valid(now) {
 		return nil, nil
 	}
