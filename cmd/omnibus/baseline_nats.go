@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -18,10 +19,15 @@ func init() {
 	baselines[natsbus.Scheme] = baseline{client: "nats.go/jetstream", run: natsBaseline}
 }
 
-// natsBaseline does bench's work with nats.go's jetstream package: a
-// durable pull consumer acknowledging each message while a producer
-// publishes asynchronously. On the embedded URL it starts an embedded
-// server of its own (the client's is private to it).
+// natsBaseline does bench's work with nats.go's jetstream package, as
+// natsbus does it: the same headers (message ID for the server's duplicate
+// window, CloudEvents attributes, the send time), published in batches of
+// --batch that each wait for their acks, while durable pull consumers
+// acknowledge each message with the window natsbus gives the default
+// MaxInFlight. On a partitioned URL it publishes to --lanes partition
+// subjects by key and reads each with a consumer of its own, as natsbus's
+// partitioned mode does (without the leases). On the embedded URL it
+// starts an embedded server of its own (the client's is private to it).
 func natsBaseline(ctx context.Context, _ *omnibus.Client, rawURL, _ string, o benchOptions) (pubRate, conRate float64, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -48,41 +54,80 @@ func natsBaseline(ctx context.Context, _ *omnibus.Client, rawURL, _ string, o be
 	}
 	id := shortID()
 	stream, subject := "omnibus_rawbench_"+id, "omnibus.rawbench."+id
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}}); err != nil {
+	subjects := []string{subject}
+	if u.Query().Get("partitions") != "" {
+		subjects = subjects[:0]
+		for p := range o.lanes {
+			subjects = append(subjects, subject+"."+strconv.Itoa(p))
+		}
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: subjects, Duplicates: natsbus.DefaultDupeWindow}); err != nil {
 		return 0, 0, fmt.Errorf("create stream: %w", err)
 	}
 	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
-	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 256})
-	if err != nil {
-		return 0, 0, fmt.Errorf("create consumer: %w", err)
-	}
-	var received atomic.Int64
-	var last atomic.Int64
+
+	const window = 256 // omnibus.MaxInFlight's default
+	var received, last atomic.Int64
+	var lat latencies
 	done := make(chan struct{})
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		_ = m.Ack()
-		last.Store(time.Now().UnixNano())
-		if received.Add(1) == int64(o.count) {
-			close(done)
+	for i, s := range subjects {
+		cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			Durable: "raw" + strconv.Itoa(i), FilterSubject: s, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 16 * window})
+		if err != nil {
+			return 0, 0, fmt.Errorf("create consumer: %w", err)
 		}
-	})
-	if err != nil {
-		return 0, 0, fmt.Errorf("consume: %w", err)
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			now := time.Now()
+			if _, err := m.Metadata(); err == nil {
+				lat.add(now, m.Headers().Get(headerSent))
+			}
+			_ = m.Ack()
+			last.Store(now.UnixNano())
+			if received.Add(1) == int64(o.count) {
+				close(done)
+			}
+		}, jetstream.PullMaxMessages(2*window))
+		if err != nil {
+			return 0, 0, fmt.Errorf("consume: %w", err)
+		}
+		defer cc.Stop()
 	}
-	defer cc.Stop()
 
 	body := generatedBody(0, o.size)
+	futures := make([]jetstream.PubAckFuture, 0, o.batch)
 	t0 := time.Now()
-	for range o.count {
-		if _, err := js.PublishAsync(subject, body); err != nil {
-			return 0, 0, fmt.Errorf("publish: %w", err)
+	for i := 0; i < o.count; i += o.batch {
+		futures = futures[:0]
+		sent := strconv.FormatInt(time.Now().UnixNano(), 10)
+		for j := i; j < min(o.count, i+o.batch); j++ {
+			key := "k" + strconv.Itoa(j%64)
+			s := subjects[0]
+			if len(subjects) > 1 {
+				s = subjects[natsbus.Partition(key, len(subjects))]
+			}
+			id := omnibus.NewID()
+			f, err := js.PublishMsgAsync(&nats.Msg{Subject: s, Data: body, Header: nats.Header{
+				jetstream.MsgIDHeader:      {id},
+				natsbus.HeaderID:           {id},
+				natsbus.HeaderSpecVersion:  {"1.0"},
+				natsbus.HeaderTime:         {time.Now().UTC().Format(time.RFC3339Nano)},
+				natsbus.HeaderPartitionKey: {key},
+				headerSent:                 {sent},
+			}})
+			if err != nil {
+				return 0, 0, fmt.Errorf("publish: %w", err)
+			}
+			futures = append(futures, f)
 		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return 0, 0, ctx.Err()
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return 0, 0, fmt.Errorf("publish: %w", err)
+			case <-ctx.Done():
+				return 0, 0, ctx.Err()
+			}
+		}
 	}
 	pubDur := time.Since(t0)
 	timer := time.NewTimer(o.timeout)

@@ -166,19 +166,14 @@ func benchOmnibus(ctx context.Context, c *omnibus.Client, topic string, o benchO
 		return err
 	}
 	var (
-		mu        sync.Mutex
-		latencies = make([]time.Duration, 0, o.count)
-		received  atomic.Int64
-		lastRecv  atomic.Int64 // Unix nanoseconds
-		done      = make(chan struct{})
+		lat      latencies
+		received atomic.Int64
+		lastRecv atomic.Int64 // Unix nanoseconds
+		done     = make(chan struct{})
 	)
 	handler := func(_ context.Context, m *omnibus.Message) error {
 		now := time.Now()
-		if sent, err := strconv.ParseInt(m.Headers[headerSent], 10, 64); err == nil {
-			mu.Lock()
-			latencies = append(latencies, now.Sub(time.Unix(0, sent)))
-			mu.Unlock()
-		}
+		lat.add(now, m.Headers[headerSent])
 		lastRecv.Store(now.UnixNano())
 		if received.Add(1) == int64(o.count) {
 			close(done)
@@ -249,11 +244,33 @@ func benchOmnibus(ctx context.Context, c *omnibus.Client, topic string, o benchO
 	res.PublishMsgsPerS = rate(o.count, pubDur)
 	res.PublishMiBPerS = rate(o.count*o.size, pubDur) / (1 << 20)
 	res.ConsumeMsgsPerS = rate(o.count, conDur)
-	mu.Lock()
-	slices.Sort(latencies)
-	res.P50Ms, res.P99Ms = ms(percentile(latencies, 0.50)), ms(percentile(latencies, 0.99))
-	mu.Unlock()
+	res.P50Ms, res.P99Ms = lat.percentiles()
 	return nil
+}
+
+// latencies collects end-to-end latencies: from the send time a message
+// carries in headerSent to its handling.
+type latencies struct {
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+func (l *latencies) add(now time.Time, sent string) {
+	ns, err := strconv.ParseInt(sent, 10, 64)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	l.ds = append(l.ds, now.Sub(time.Unix(0, ns)))
+	l.mu.Unlock()
+}
+
+// percentiles returns the p50 and p99 latencies in milliseconds.
+func (l *latencies) percentiles() (p50, p99 float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slices.Sort(l.ds)
+	return ms(percentile(l.ds, 0.50)), ms(percentile(l.ds, 0.99))
 }
 
 // percentile returns the q-quantile of sorted (nearest rank).
