@@ -533,8 +533,9 @@ func (m *member) invoke(ctx context.Context, batch []*entry) (latency time.Durat
 	}
 	err := m.k.batch(ctx, msgs)
 	var be *BatchError
+	each := errors.As(err, &be) && len(be.Errs) == len(batch)
 	for i, e := range batch {
-		if errors.As(err, &be) && len(be.Errs) == len(batch) {
+		if each {
 			e.err = be.Errs[i]
 		} else {
 			e.err = err
