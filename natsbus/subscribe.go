@@ -324,7 +324,7 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 			return nil, err
 		}
 		if len(s.batch) > 0 {
-			continue // all of lanes given up: look again
+			continue // all were of lanes given up: look again
 		}
 		select {
 		case <-s.inbox.ready:
