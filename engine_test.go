@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -563,6 +564,48 @@ func TestInFlightBounds(t *testing.T) {
 				t.Errorf("in flight %d, handlers at once %d; want at most %d", got, peak.Load(), tt.want)
 			}
 			close(release)
+		})
+	}
+}
+
+// The worker pool grows with the backlog, as a goroutine per slot would:
+// 40 slots whose handlers all wait for one another run at once. Once the
+// work is done, idle workers beyond max(4, GOMAXPROCS) end.
+func TestWorkersGrowAndEnd(t *testing.T) {
+	const slots = 40
+	for _, mode := range []omnibus.Ordering{omnibus.OrderNone, omnibus.OrderKey} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := context.Background()
+			c := openMem(t)
+			release := make(chan struct{})
+			var running atomic.Int64
+			k, err := c.Subscribe(ctx, "pool", func(ctx context.Context, m *omnibus.Message) error {
+				running.Add(1)
+				defer running.Add(-1)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				return nil
+			}, omnibus.Order(mode), omnibus.StartFrom(omnibus.StartEarliest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ms []*omnibus.Message
+			for i := range slots {
+				ms = append(ms, &omnibus.Message{Key: "k" + strconv.Itoa(i)})
+			}
+			if err := c.Publish(ctx, "pool", ms...); err != nil {
+				t.Fatal(err)
+			}
+			go k.Run(ctx)
+			defer k.Close()
+			waitFor(t, func() bool { return running.Load() == slots }, "every slot's handler running at once")
+			busy := runtime.NumGoroutine()
+			close(release)
+			idle := max(4, runtime.GOMAXPROCS(0))
+			waitFor(t, func() bool { return k.Stats().Processed == slots && runtime.NumGoroutine() <= busy-(slots-idle) },
+				fmt.Sprintf("idle workers to end (goroutines %d while busy, want at most %d)", busy, busy-(slots-idle)))
 		})
 	}
 }

@@ -92,9 +92,9 @@ type lane struct {
 	settled  *atomic.Int64 // the consumer's count for this lane id
 	ctx      context.Context
 	cancel   context.CancelFunc
-	slots    map[string]*slot // by key ("" for the whole lane)
-	loose    map[*slot]struct{}
-	head     *entry // oldest entry not yet under the watermark
+	slots    map[string]*slot   // by key ("" for the whole lane)
+	loose    map[*slot]struct{} // OrderNone slots waiting for a retry
+	head     *entry             // oldest entry not yet under the watermark
 	tail     *entry
 	mark     *driver.Delivery // settled watermark not yet committed
 	inflight int

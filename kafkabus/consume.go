@@ -372,7 +372,6 @@ func (s *sub) Commit(ctx context.Context, ds []*driver.Delivery) error {
 // high watermark minus the group's committed offset, or minus the log
 // start offset when the group has committed nothing there. A partition
 // whose offsets cannot be read has Known false.
-
 func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 	s.mu.Lock()
 	n := s.partitions

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus/driver"
 )
@@ -94,5 +98,40 @@ func TestReceiveSkipsLanesGivenUp(t *testing.T) {
 		if len(ds) > 0 {
 			t.Fatalf("Receive returned %d deliveries of a stopped reader", len(ds))
 		}
+	}
+}
+
+// jsMsg stands in for a received JetStream message: Receive reads only its
+// metadata, headers and data.
+type jsMsg struct {
+	jetstream.Msg
+	seq uint64
+}
+
+func (m jsMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.seq}, NumDelivered: 1}, nil
+}
+func (m jsMsg) Headers() nats.Header {
+	return nats.Header{HeaderID: {"m" + strconv.FormatUint(m.seq, 10)}}
+}
+func (m jsMsg) Data() []byte { return nil }
+
+// A read error taken together with deliveries loses neither: Receive
+// returns the deliveries, and the error with the next call.
+func TestReceiveKeepsErrorForNextCall(t *testing.T) {
+	s := newSub(&conn{}, "orders", nil, driver.SubscribeOptions{MaxInFlight: 4})
+	r := &reader{lane: "0"}
+	failed := errors.New("pull failed")
+	for _, it := range []item{{r: r, msg: jsMsg{seq: 1}}, {r: r, err: failed}, {r: r, msg: jsMsg{seq: 2}}} {
+		s.inbox.put(it, nil, nil)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ds, err := s.Receive(ctx, 10)
+	if err != nil || len(ds) != 2 || ds[0].ID != "m1" || ds[1].ID != "m2" {
+		t.Fatalf("first Receive = %d deliveries, %v; want m1 and m2", len(ds), err)
+	}
+	if _, err := s.Receive(ctx, 10); !errors.Is(err, failed) {
+		t.Fatalf("second Receive: %v, want the read error", err)
 	}
 }

@@ -138,20 +138,6 @@ func BenchmarkConsume(b *testing.B) {
 	}
 }
 
-func rawChannel(b *testing.B) (*amqp.Connection, *amqp.Channel) {
-	b.Helper()
-	requireServer(b)
-	ac, err := amqp.Dial(testURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ch, err := ac.Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return ac, ch
-}
-
 func elapsed(fn func()) time.Duration {
 	start := time.Now()
 	fn()

@@ -3,6 +3,7 @@ package rabbitbus
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -27,15 +28,8 @@ func TestThrowawayGroupQueuesExpire(t *testing.T) {
 	}
 	// Declaring the queue again without x-expires must be refused as
 	// inequivalent: the server holds it with x-expires.
-	ac, err := amqp.Dial(testURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ac, ch := rawChannel(t)
 	defer ac.Close()
-	ch, err := ac.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	_, err = ch.QueueDeclare(queue, true, false, false, false, c.Driver().(*conn).queueArgs())
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed || !strings.Contains(ae.Reason, "x-expires") {
@@ -56,26 +50,60 @@ func TestThrowawayGroupQueuesExpire(t *testing.T) {
 	}
 }
 
-// Client.Lag reads a group's queue depth from outside the group.
+// Client.Lag reads a group's queue depths from outside the group, one
+// lane per queue; a queue it cannot read is a lane of unknown lag.
 func TestGroupLag(t *testing.T) {
-	ctx := context.Background()
-	c := open(ctx, t, "")
-	topic := "omnibus-grouplag-" + strings.ToLower(omnibus.NewID())
-	k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil }, omnibus.Group("billing"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.Close() // the queue stays; nobody consumes
-	for range 5 {
-		if err := c.Publish(ctx, topic, &omnibus.Message{Body: []byte("x")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lags, err := c.Lag(ctx, topic, "billing")
-	if err != nil || len(lags) != 1 || !lags[0].Known || lags[0].Lag != 5 {
-		t.Fatalf("Lag = %+v, %v; want one lane with 5", lags, err)
-	}
-	if _, err := c.Lag(ctx, topic, "nobody"); !errors.Is(err, omnibus.ErrNotFound) {
-		t.Errorf("Lag of a missing group: %v, want ErrNotFound", err)
+	for _, tt := range []struct {
+		name, params string
+		lanes        int
+	}{{"plain", "", 1}, {"partitioned", "partitions=4", 4}} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := open(ctx, t, tt.params)
+			topic := "omnibus-grouplag-" + strings.ToLower(omnibus.NewID())
+			k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil }, omnibus.Group("billing"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			k.Close() // the queues stay; nobody consumes
+			const n = 40
+			for i := range n {
+				if err := c.Publish(ctx, topic, &omnibus.Message{Key: "k" + strconv.Itoa(i), Body: []byte("x")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lags, err := c.Lag(ctx, topic, "billing")
+			sum := int64(0)
+			for _, l := range lags {
+				if !l.Known {
+					t.Errorf("lane %s unknown: %+v", l.Lane, lags)
+				}
+				sum += l.Lag
+			}
+			if err != nil || len(lags) != tt.lanes || sum != n {
+				t.Fatalf("Lag = %+v, %v; want %d lanes holding %d", lags, err, tt.lanes, n)
+			}
+			if _, err := c.Lag(ctx, topic, "nobody"); !errors.Is(err, omnibus.ErrNotFound) {
+				t.Errorf("Lag of a missing group: %v, want ErrNotFound", err)
+			}
+			if tt.lanes == 1 {
+				return
+			}
+			// A partition queue gone: its lane is unknown, the others read.
+			ac, ch := rawChannel(t)
+			defer ac.Close()
+			if _, err := ch.QueueDelete(partitionQueue(topic, "billing", 2), false, false, false); err != nil {
+				t.Fatal(err)
+			}
+			lags, err = c.Lag(ctx, topic, "billing")
+			if err != nil || len(lags) != tt.lanes {
+				t.Fatalf("Lag after a queue went = %+v, %v", lags, err)
+			}
+			for _, l := range lags {
+				if l.Known != (l.Lane != "2") {
+					t.Errorf("lane %s Known %v after queue 2 went: %+v", l.Lane, l.Known, lags)
+				}
+			}
+		})
 	}
 }

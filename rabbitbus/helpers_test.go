@@ -48,6 +48,22 @@ func open(ctx context.Context, t testing.TB, params string) *omnibus.Client {
 	return c
 }
 
+// rawChannel opens an amqp091 connection and channel of the test's own
+// to the server; the caller closes the connection.
+func rawChannel(t testing.TB) (*amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	requireServer(t)
+	ac, err := amqp.Dial(testURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := ac.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ac, ch
+}
+
 // deleteTopology deletes the exchanges ("x:name") and queues ("q:name")
 // named, on a connection of its own.
 func deleteTopology(t testing.TB, names []string) {

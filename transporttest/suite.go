@@ -456,13 +456,8 @@ func (s *suite) testGroupTakeover(t *testing.T) {
 		t.Fatalf("Scale(1): %v", err)
 	}
 	ids = append(ids, publishN(t, pub, topic, n/2, 40, 32)...)
-	Eventually(t, timeout, func() bool { return col.unique() == len(ids) }, func() string {
-		return fmt.Sprintf("received %d of %d unique IDs after a member left", col.unique(), len(ids))
-	})
+	col.await(t, ids)
 	stop()
-	if miss := col.missing(ids); len(miss) > 0 {
-		t.Fatalf("%d messages lost", len(miss))
-	}
 }
 
 func (s *suite) testGroups(t *testing.T) {
@@ -793,10 +788,7 @@ func (s *suite) testClose(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- k.Run(context.Background()) }()
-		publishN(t, c, topic, 100, 4, 8)
-		Eventually(t, timeout, func() bool { return col.unique() == 100 }, func() string {
-			return fmt.Sprintf("received %d of 100", col.unique())
-		})
+		col.await(t, publishN(t, c, topic, 100, 4, 8))
 		if err := k.Close(); err != nil {
 			t.Errorf("Consumer.Close: %v", err)
 		}
@@ -843,10 +835,5 @@ func (s *suite) testReconnect(t *testing.T) {
 	Eventually(t, timeout, func() bool { return col.unique() == 200 }, func() string { return "no delivery before restart" })
 	s.h.Restart(ctxT(t), t)
 	ids = append(ids, publishN(t, pub, topic, 200, 4, 8)...)
-	Eventually(t, timeout, func() bool { return col.unique() == 400 }, func() string {
-		return fmt.Sprintf("received %d of 400 across a restart", col.unique())
-	})
-	if miss := col.missing(ids); len(miss) > 0 {
-		t.Fatalf("%d lost across a restart", len(miss))
-	}
+	col.await(t, ids)
 }
