@@ -158,11 +158,12 @@ func (k *Consumer) addMember(ctx context.Context) (*member, error) {
 
 	m := newMember(k, id)
 	sub, err := k.client.conn.Subscribe(ctx, k.topic, driver.SubscribeOptions{
-		Group:       k.cfg.group,
-		Ephemeral:   k.cfg.ephemeral,
-		StartAt:     k.cfg.startAt,
-		MaxInFlight: k.cfg.maxInFlight,
-		Lanes:       m,
+		Group:            k.cfg.group,
+		Ephemeral:        k.cfg.ephemeral,
+		StartAt:          k.cfg.startAt,
+		MaxInFlight:      k.cfg.maxInFlight,
+		MaxInFlightBytes: k.cfg.maxBytes,
+		Lanes:            m,
 	})
 	if err != nil {
 		m.cancel()

@@ -78,6 +78,7 @@ type member struct {
 	revokes   int               // Revoked or Lost calls in progress
 	receiving chan struct{}     // non-nil while a Receive is outstanding; closed after its dispatch
 	fetchIdle bool              // the fetch loop waits for room
+	full      bool              // the last Receive returned nothing with messages in flight
 	runq      []*slot           // active slots waiting for a worker, from runqHead on
 	runqHead  int
 	cond      sync.Cond // idle workers wait on it
@@ -193,53 +194,68 @@ func (m *member) emit(e Event) {
 
 // --- fetching and dispatch ---
 
-// room is how many deliveries the fetch loop may ask for now. Once
-// messages are in flight it waits until a quarter of the bound is free, so
-// that Receive returns batches rather than one message per settlement.
-//
-// The byte bound is kept before the messages are seen: the fetch asks for
-// as many as fit at the average size received so far (one at first, to
-// learn it).
-func (m *member) room() int {
+// room is what the fetch loop may ask Receive for now: the bounds on
+// messages and bytes in flight less what is held. Once messages are in
+// flight it waits until a quarter of the bound is free (judged at the
+// average size received so far), so that Receive returns batches rather
+// than one message per settlement.
+func (m *member) room() driver.Room {
 	cfg := &m.k.cfg
-	if m.revokes > 0 || m.bytes >= cfg.maxBytes || m.pending >= 16*cfg.maxInFlight {
-		return 0
+	if m.revokes > 0 || m.full || m.bytes >= cfg.maxBytes || m.pending >= 16*cfg.maxInFlight {
+		return driver.Room{}
 	}
-	limit, n := cfg.maxInFlight, cfg.maxInFlight-m.inflight
-	if m.avgSize == 0 {
-		return 1
+	r := driver.Room{Count: cfg.maxInFlight - m.inflight, Bytes: cfg.maxBytes - m.bytes, Oversize: m.inflight == 0}
+	if m.inflight > 0 && m.avgSize > 0 {
+		limit := max(1, min(cfg.maxInFlight, cfg.maxBytes/m.avgSize))
+		if min(r.Count, r.Bytes/m.avgSize) < max(1, limit/4) {
+			return driver.Room{}
+		}
 	}
-	limit = max(1, min(limit, cfg.maxBytes/m.avgSize))
-	n = min(n, max(1, (cfg.maxBytes-m.bytes)/m.avgSize))
-	if m.inflight > 0 && n < max(1, limit/4) {
-		return 0
-	}
-	return n
+	return r
 }
+
+// fullWait is how long the fetch loop waits before asking again after a
+// Receive that returned nothing while messages were in flight (the first
+// message waiting may not fit), unless a settlement wakes it first.
+const fullWait = 50 * time.Millisecond
 
 func (m *member) fetchLoop(ctx context.Context) {
 	defer close(m.fetchDone)
 	failures := 0
 	for {
 		m.mu.Lock()
-		n := m.room()
+		room := m.room()
 		epoch := m.epoch
 		var received chan struct{}
-		if n > 0 {
+		if room.Count > 0 {
 			received = make(chan struct{})
 			m.receiving = received
 		}
-		m.fetchIdle = n <= 0
+		m.fetchIdle = room.Count <= 0
+		full := m.full
 		m.mu.Unlock()
-		if n <= 0 {
+		if room.Count <= 0 {
+			var retry *time.Timer
+			var expired <-chan time.Time
+			if full {
+				retry = time.NewTimer(fullWait)
+				expired = retry.C
+			}
 			select {
 			case <-m.roomCh:
-				continue
+			case <-expired:
 			case <-ctx.Done():
 				return
 			}
+			if retry != nil {
+				retry.Stop()
+			}
+			m.mu.Lock()
+			m.full = false
+			m.mu.Unlock()
+			continue
 		}
-		ds, err := m.sub.Receive(ctx, n)
+		ds, err := m.sub.Receive(ctx, room)
 		if err != nil {
 			m.mu.Lock()
 			m.receiving = nil
@@ -273,6 +289,7 @@ func (m *member) fetchLoop(ctx context.Context) {
 				m.dispatchLocked(d, now)
 			}
 		}
+		m.full = len(ds) == 0 && m.inflight > 0
 		m.receiving = nil
 		m.mu.Unlock()
 		close(received)
@@ -703,6 +720,7 @@ func (m *member) forgetLocked(e *entry) {
 	m.inflight--
 	m.bytes -= e.size
 	e.msg.Body, e.d.Body = nil, nil
+	m.full = false
 	m.wakeFetchLocked()
 	if l.idle != nil && l.inflight == 0 {
 		close(l.idle)
@@ -716,7 +734,7 @@ func (m *member) forgetLocked(e *entry) {
 
 // wakeFetchLocked wakes the fetch loop when it waits and there is room.
 func (m *member) wakeFetchLocked() {
-	if m.fetchIdle && m.room() > 0 {
+	if m.fetchIdle && m.room().Count > 0 {
 		m.fetchIdle = false
 		signal(m.roomCh)
 	}

@@ -202,6 +202,10 @@ type SubscribeOptions struct {
 	// MaxInFlight is the engine's bound on messages received and not yet
 	// settled. Brokers that push use it as their prefetch.
 	MaxInFlight int
+	// MaxInFlightBytes is the engine's bound on the bytes (Message.Size)
+	// of those messages. Drivers that can cap what they prefetch by size
+	// use it for that cap.
+	MaxInFlightBytes int
 	// Lanes receives lane claims and revocations. Never nil.
 	Lanes Lanes
 }
@@ -221,16 +225,19 @@ type SubscribeOptions struct {
 // expired); the engine abandons them at once.
 //
 // Revoked and Lost first wait for a Receive in progress to return, so that
-// what it read is handled as part of the old claim; the engine does not
-// call Receive again until they return. A driver that revokes therefore
-// makes a Receive in progress return promptly (with what it has, possibly
-// nothing); one that does not delays the revocation by up to the drain
-// bound, after which deliveries of revoked lanes from that Receive are
-// dropped.
+// what it read is handled as part of the old claim. A driver that revokes
+// therefore makes a Receive in progress return promptly (with what it has,
+// possibly nothing); one that does not delays the revocation by up to the
+// drain bound, after which deliveries of revoked lanes from that Receive
+// are dropped. While the revoked lanes drain, the engine goes on calling
+// Receive for the lanes that stay, and drops any delivery of a revoked
+// lane it gets.
 //
-// The driver calls these from one goroutine at a time, never from the
-// goroutine running Receive, and never while holding a lock that Receive,
-// Ack or Commit needs.
+// The driver calls Claimed and Revoked from one goroutine at a time. Lost
+// may be called at any time, also while a Revoked of other lanes is in
+// progress: a lease that runs out must reach the engine at once, not
+// behind another lane's drain. None is called from the goroutine running
+// Receive, nor while holding a lock that Receive, Ack or Commit needs.
 type Lanes interface {
 	Claimed(lanes []string)
 	Revoked(ctx context.Context, lanes []string)
@@ -242,16 +249,45 @@ type Lanes interface {
 // A Subscriber must also implement Acker or Committer.
 type Subscriber interface {
 	// Receive blocks until at least one delivery is available and returns
-	// at most max of them, in lane order. It may return no delivery and no
-	// error (after a revocation, say); the engine calls it again. It
+	// what of it fits in room (see [Room]), in lane order; what does not
+	// fit stays in the driver, first in line for the next Receive. It may
+	// return no delivery and no error (after a revocation, or when the
+	// first delivery waiting does not fit); the engine calls it again. It
 	// returns ctx.Err() when ctx ends and an error wrapping ErrClosed
 	// after Close.
-	Receive(ctx context.Context, max int) ([]*Delivery, error)
+	Receive(ctx context.Context, room Room) ([]*Delivery, error)
 
 	// Close leaves the group. Unsettled deliveries go back to the
 	// transport: brokers redeliver them, logs resume from the last commit.
 	// Close is called once, after the engine has committed what it could.
 	Close() error
+}
+
+// Room is how much one Receive may return: the engine's bounds on
+// messages and bytes in flight, less what it holds.
+type Room struct {
+	// Count is the most deliveries to return; at least 1.
+	Count int
+	// Bytes is the most the deliveries' sizes (Message.Size) may add up
+	// to.
+	Bytes int
+	// Oversize lets a first delivery larger than Bytes through, alone.
+	// The engine sets it when it holds nothing, so that a message larger
+	// than its whole bound still passes; without it such a delivery waits
+	// in the driver.
+	Oversize bool
+}
+
+// Fits reports whether a delivery of size bytes may join n deliveries of
+// bytes bytes already taken for one Receive.
+func (r Room) Fits(n, bytes, size int) bool {
+	switch {
+	case n >= r.Count:
+		return false
+	case n == 0 && r.Oversize:
+		return true
+	}
+	return bytes+size <= r.Bytes
 }
 
 // Acker settles deliveries one by one (brokers).

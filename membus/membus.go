@@ -272,7 +272,7 @@ func (c *conn) Subscribe(ctx context.Context, name string, opts driver.Subscribe
 		t.groups[opts.Group] = g
 	}
 	t.mu.Unlock()
-	s := &sub{conn: c, t: t, g: g, lanes: opts.Lanes, pos: map[int]int64{}, wake: make(chan struct{}, 1)}
+	s := &sub{conn: c, t: t, g: g, lanes: opts.Lanes, pos: map[int]int64{}, revoking: map[int]bool{}, wake: make(chan struct{}, 1)}
 	c.mu.Lock()
 	if c.subs == nil {
 		c.subs = map[*sub]struct{}{}
@@ -342,7 +342,9 @@ func (t *topic) rebalance(ctx context.Context, g *group) {
 		// A Receive in progress returns at once, so the engine can
 		// dispatch what it read before the partitions go.
 		t.mu.Lock()
-		s.revoking = true
+		for _, p := range ps {
+			s.revoking[p] = true
+		}
 		t.mu.Unlock()
 		signal(s.wake)
 		s.lanes.Revoked(ctx, t.lanes(ps))
@@ -350,8 +352,8 @@ func (t *topic) rebalance(ctx context.Context, g *group) {
 		for _, p := range ps {
 			g.owner[p] = nil
 			delete(s.pos, p)
+			delete(s.revoking, p)
 		}
-		s.revoking = false
 		t.mu.Unlock()
 	}
 	for s, ps := range claim {
@@ -422,12 +424,12 @@ type sub struct {
 	pos      map[int]int64 // owned partition -> next offset to read
 	next     int           // round-robin start over owned partitions
 	closed   bool
-	revoking bool // a revocation is in progress: Receive returns at once
+	revoking map[int]bool // partitions being revoked: Receive skips them
 
 	closeOnce sync.Once
 }
 
-func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	t := s.t
 	for {
 		t.mu.Lock()
@@ -436,18 +438,18 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 			return nil, fmt.Errorf("membus: receive %q: %w", t.name, driver.ErrClosed)
 		}
 		var ds []*driver.Delivery
-		owned := slices.Sorted(maps.Keys(s.pos))
-		if s.revoking {
-			owned = nil
-		}
-		for i := range owned {
-			if len(ds) >= max {
-				break
-			}
+		owned := slices.DeleteFunc(slices.Sorted(maps.Keys(s.pos)), func(p int) bool { return s.revoking[p] })
+		bytes, full := 0, false
+		for i := 0; i < len(owned) && !full; i++ {
 			p := owned[(s.next+i)%len(owned)]
 			log := t.parts[p].log
-			for off := s.pos[p]; off < int64(len(log)) && len(ds) < max; off++ {
+			for off := s.pos[p]; off < int64(len(log)); off++ {
 				r := &log[off]
+				size := r.msg.Size()
+				if full = !room.Fits(len(ds), bytes, size); full {
+					break
+				}
+				bytes += size
 				ds = append(ds, &driver.Delivery{
 					Message:  r.msg,
 					Lane:     t.parts[p].lane,
@@ -459,14 +461,14 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 		}
 		s.next++
 		notify := t.notify
-		revoking := s.revoking
 		t.mu.Unlock()
-		if len(ds) > 0 || revoking {
+		if len(ds) > 0 || full {
 			return ds, nil
 		}
 		select {
 		case <-notify:
 		case <-s.wake:
+			return nil, nil // a revocation waits for this Receive
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

@@ -88,7 +88,7 @@ func TestReceiveSkipsLanesGivenUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for {
-		ds, err := s.Receive(ctx, 4)
+		ds, err := s.Receive(ctx, driver.Room{Count: 4, Bytes: 1 << 20})
 		if err != nil {
 			if ctx.Err() != nil {
 				t.Fatal("Receive waited with the live lane's item in the inbox")
@@ -127,11 +127,11 @@ func TestReceiveKeepsErrorForNextCall(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ds, err := s.Receive(ctx, 10)
+	ds, err := s.Receive(ctx, driver.Room{Count: 10, Bytes: 1 << 20})
 	if err != nil || len(ds) != 2 || ds[0].ID != "m1" || ds[1].ID != "m2" {
 		t.Fatalf("first Receive = %d deliveries, %v; want m1 and m2", len(ds), err)
 	}
-	if _, err := s.Receive(ctx, 10); !errors.Is(err, failed) {
+	if _, err := s.Receive(ctx, driver.Room{Count: 10, Bytes: 1 << 20}); !errors.Is(err, failed) {
 		t.Fatalf("second Receive: %v, want the read error", err)
 	}
 }

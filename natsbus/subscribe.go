@@ -165,7 +165,8 @@ type sub struct {
 
 	// Receive's own: calls never overlap.
 	batch  []item
-	failed error // a read error to return from the next Receive
+	carry  []*driver.Delivery // received, did not fit in the last Receive
+	failed error              // a read error to return from the next Receive
 
 	// cleanup runs in Close after the readers stopped (ephemeral groups
 	// delete their consumer there); nil when there is nothing to do.
@@ -294,36 +295,40 @@ func (r *reader) stopAndWait() {
 	}
 }
 
-// Receive implements driver.Subscriber. It returns what the inbox holds,
-// up to max, waiting only while it is empty. A failed read is returned on
-// its own: when deliveries come with it, by the next Receive.
-func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+// Receive implements driver.Subscriber. It returns what the inbox holds
+// and fits in room, waiting only while the inbox is empty; deliveries
+// that did not fit wait in carry for the next Receive. A failed read is
+// returned on its own: when deliveries come with it, by the next Receive.
+func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	if err := s.failed; err != nil {
 		s.failed = nil
 		return nil, err
 	}
 	for {
-		s.batch = s.inbox.take(s.batch[:0], max)
-		var ds []*driver.Delivery
-		now := time.Now()
-		for i, it := range s.batch {
-			d, err := s.delivery(it, now)
-			if err != nil && s.failed == nil {
-				s.failed = err
+		took := 0
+		if len(s.carry) == 0 {
+			s.batch = s.inbox.take(s.batch[:0], max(1, room.Count))
+			took = len(s.batch)
+			now := time.Now()
+			for i, it := range s.batch {
+				d, err := s.delivery(it, now)
+				if err != nil && s.failed == nil {
+					s.failed = err
+				}
+				if d != nil {
+					s.carry = append(s.carry, d)
+				}
+				s.batch[i] = item{}
 			}
-			if d != nil {
-				ds = append(ds, d)
-			}
-			s.batch[i] = item{}
 		}
-		if len(ds) > 0 {
+		if ds := s.fit(room); len(ds) > 0 || len(s.carry) > 0 {
 			return ds, nil
 		}
 		if err := s.failed; err != nil {
 			s.failed = nil
 			return nil, err
 		}
-		if len(s.batch) > 0 {
+		if took > 0 {
 			continue // all were of lanes given up: look again
 		}
 		select {
@@ -336,6 +341,30 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 			return nil, fmt.Errorf("natsbus: receive %q: %w", s.topic, driver.ErrClosed)
 		}
 	}
+}
+
+// fit takes from carry the deliveries that fit in room, in order,
+// dropping those of lanes given up meanwhile.
+func (s *sub) fit(room driver.Room) []*driver.Delivery {
+	var ds []*driver.Delivery
+	now := time.Now()
+	bytes, i := 0, 0
+	for ; i < len(s.carry); i++ {
+		d := s.carry[i]
+		if r := d.Token.(*held).r; r.stopped.Load() || !r.valid(now) {
+			continue
+		}
+		size := d.Size()
+		if !room.Fits(len(ds), bytes, size) {
+			break
+		}
+		bytes += size
+		ds = append(ds, d)
+	}
+	rest := copy(s.carry, s.carry[i:])
+	clear(s.carry[rest:])
+	s.carry = s.carry[:rest]
+	return ds
 }
 
 // delivery converts an item, received at now; nil when it belongs to a

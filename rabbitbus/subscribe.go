@@ -150,8 +150,8 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 // the engine retries in place instead.
 type partSub struct{ s *sub }
 
-func (p partSub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
-	return p.s.Receive(ctx, max)
+func (p partSub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
+	return p.s.Receive(ctx, room)
 }
 func (p partSub) Ack(ctx context.Context, ds []*driver.Delivery) error { return p.s.Ack(ctx, ds) }
 func (p partSub) Lag(ctx context.Context) ([]driver.LaneLag, error)    { return p.s.Lag(ctx) }
@@ -381,7 +381,7 @@ func signal(ch chan struct{}) {
 // Receive implements driver.Subscriber. After a lane was lost or revoked
 // it returns once with no delivery, so that the engine looks at its lanes
 // again before it takes deliveries of a new claim.
-func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	s.mu.Lock()
 	for {
 		if s.closed {
@@ -407,7 +407,19 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 			}
 			return nil, nil
 		}
-		if n := min(max, len(s.buf)); n > 0 {
+		if len(s.buf) > 0 {
+			n, bytes := 0, 0
+			for ; n < len(s.buf); n++ {
+				size := s.buf[n].Size()
+				if !room.Fits(n, bytes, size) {
+					break
+				}
+				bytes += size
+			}
+			if n == 0 {
+				s.mu.Unlock()
+				return nil, nil // the first waiting does not fit
+			}
 			out := make([]*driver.Delivery, n)
 			copy(out, s.buf)
 			clear(s.buf[:n])
