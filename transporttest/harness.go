@@ -3,11 +3,14 @@ package transporttest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/omnibus-go/omnibus"
 )
 
-// Harness is what a transport hands the suite.
+// Harness is what a transport hands the suite. Open is required; every
+// other field is optional, and a test that needs a missing one is skipped
+// with a message naming it.
 type Harness struct {
 	// Open returns a new client to the transport. The suite calls it
 	// several times per test (publishers and consumers use separate
@@ -22,4 +25,30 @@ type Harness struct {
 	// Restart, when set, restarts the server (and waits until it is back).
 	// The reconnect test runs only with it, and says so when skipped.
 	Restart func(ctx context.Context, t testing.TB)
+
+	// AckDeadline is how long the server waits for a delivery to be
+	// settled before it delivers the message again, as the clients Open
+	// returns are configured (NATS: ack_wait, set in the URL). Transports
+	// without such a deadline, or with one far beyond a test's length (a
+	// RabbitMQ server's consumer_timeout), leave it zero, and the
+	// slow-handler tests are skipped, naming it.
+	AckDeadline time.Duration
+
+	// DeleteGroup, when set, deletes what the server keeps of consumer
+	// group on topic, behind its members' backs, as an operator or an
+	// inactivity expiry would, and leaves the topic's messages in place
+	// (NATS: the group's durable consumer, or every partition's
+	// consumer). Transports where the group's state cannot go without its
+	// messages (a RabbitMQ queue), or is nothing but a position that a
+	// group without it does not have (Kafka's committed offsets), leave it
+	// nil; the test is then skipped, naming it.
+	DeleteGroup func(ctx context.Context, t testing.TB, topic, group string)
+
+	// FailCommits, when set, makes the server refuse every commit of
+	// positions from now on, until the returned function is called
+	// (Kafka: OffsetCommit requests fail). The test that Shutdown reports
+	// a failed final commit runs only with it; transports whose
+	// settlement cannot be made to fail from outside leave it nil, and
+	// the engine's own tests cover the report.
+	FailCommits func(t testing.TB) (restore func())
 }

@@ -62,12 +62,16 @@ type suite struct {
 
 const timeout = 60 * time.Second
 
+// cleanupWait bounds each Close at a test's end: one that hangs fails
+// the test with the goroutines' stacks, and the suite goes on.
+const cleanupWait = 20 * time.Second
+
 func (s *suite) open(t *testing.T) *omnibus.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	c := s.h.Open(ctx, t)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { within(t, cleanupWait, "Client.Close", func() { _ = c.Close() }) })
 	return c
 }
 
@@ -117,66 +121,6 @@ func Eventually(t testing.TB, d time.Duration, cond func() bool, msg func() stri
 	}
 }
 
-// collector records what handlers saw.
-type collector struct {
-	mu    sync.Mutex
-	ids   map[string]int
-	msgs  map[string]*omnibus.Message
-	byKey map[string][]int // sequence numbers per key, in handling order
-	lanes map[string][]int // sequence numbers per lane, in handling order
-}
-
-func newCollector() *collector {
-	return &collector{ids: map[string]int{}, msgs: map[string]*omnibus.Message{}, byKey: map[string][]int{}, lanes: map[string][]int{}}
-}
-
-func (c *collector) add(m *omnibus.Message) {
-	seq, _ := strconv.Atoi(m.Headers["seq"])
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.ids[m.ID]++
-	cp := *m
-	cp.Body = bytes.Clone(m.Body)
-	cp.Headers = maps.Clone(m.Headers)
-	c.msgs[m.ID] = &cp
-	c.byKey[m.Key] = append(c.byKey[m.Key], seq)
-	c.lanes[m.Lane] = append(c.lanes[m.Lane], seq)
-}
-
-func (c *collector) unique() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.ids)
-}
-
-func (c *collector) handler(ctx context.Context, m *omnibus.Message) error {
-	c.add(m)
-	return nil
-}
-
-// await waits until every one of ids has been handled, and fails naming
-// how many were not.
-func (c *collector) await(t *testing.T, ids []string) {
-	t.Helper()
-	Eventually(t, timeout, func() bool { return len(c.missing(ids)) == 0 }, func() string {
-		miss := c.missing(ids)
-		return fmt.Sprintf("%d of %d messages never handled, e.g. %v", len(miss), len(ids), miss[:min(5, len(miss))])
-	})
-}
-
-// missing lists the wanted IDs not seen.
-func (c *collector) missing(want []string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var miss []string
-	for _, id := range want {
-		if c.ids[id] == 0 {
-			miss = append(miss, id)
-		}
-	}
-	return miss
-}
-
 // run starts k.Run and stops it at cleanup; it returns a stop function
 // that shuts down gracefully.
 func run(t *testing.T, k *omnibus.Consumer) (stop func()) {
@@ -202,47 +146,13 @@ func run(t *testing.T, k *omnibus.Consumer) (stop func()) {
 	return stop
 }
 
-// publishN publishes n messages with keys key0..key{keys-1} and a seq
-// header counting per key, in batches; it returns the IDs in order.
-func publishN(t *testing.T, c *omnibus.Client, topic string, n, keys, size int) []string {
-	t.Helper()
-	ctx := ctxT(t)
-	ids := make([]string, 0, n)
-	perKey := make([]int, max(keys, 1))
-	const batch = 100
-	for i := 0; i < n; i += batch {
-		var ms []*omnibus.Message
-		for j := i; j < min(n, i+batch); j++ {
-			k := j % max(keys, 1)
-			key := ""
-			if keys > 0 {
-				key = "key" + strconv.Itoa(k)
-			}
-			ms = append(ms, &omnibus.Message{
-				Key:     key,
-				Type:    "test.event",
-				Headers: map[string]string{"seq": strconv.Itoa(perKey[k])},
-				Body:    bytes.Repeat([]byte{'x'}, size),
-			})
-			perKey[k]++
-		}
-		if err := c.Publish(ctx, topic, ms...); err != nil {
-			t.Fatalf("Publish: %v", err)
-		}
-		for _, m := range ms {
-			ids = append(ids, m.ID)
-		}
-	}
-	return ids
-}
-
 func (s *suite) subscribe(t *testing.T, c *omnibus.Client, topic string, h omnibus.Handler, opts ...omnibus.SubscribeOption) *omnibus.Consumer {
 	t.Helper()
 	k, err := c.Subscribe(ctxT(t), topic, h, opts...)
 	if err != nil {
 		t.Fatalf("Subscribe(%q): %v", topic, err)
 	}
-	t.Cleanup(func() { _ = k.Close() })
+	t.Cleanup(func() { within(t, cleanupWait, "Consumer.Close", func() { _ = k.Close() }) })
 	return k
 }
 
@@ -368,26 +278,7 @@ func (s *suite) testOrderPerLane(t *testing.T) {
 	stop := run(t, k)
 	col.await(t, publishN(t, pub, topic, 2000, 20, 16))
 	stop()
-	checkKeyOrder(t, col)
-}
-
-// checkKeyOrder fails when a key's messages were handled out of order.
-// Redeliveries (a repeat of an earlier sequence) are allowed; going back
-// to an earlier sequence is not, unless it is a redelivery from the start.
-func checkKeyOrder(t *testing.T, col *collector) {
-	t.Helper()
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	for key, seqs := range col.byKey {
-		for i := 1; i < len(seqs); i++ {
-			if seqs[i] < seqs[i-1] && seqs[i] != 0 && !slices.Contains(seqs[:i], seqs[i]) {
-				t.Fatalf("key %q out of order at %d: %v", key, i, seqs[max(0, i-5):min(len(seqs), i+5)])
-			}
-			if seqs[i] > seqs[i-1]+1 {
-				t.Fatalf("key %q skipped from %d to %d", key, seqs[i-1], seqs[i])
-			}
-		}
-	}
+	col.check(t, laneOrder, false)
 }
 
 func (s *suite) testOrderPerKey(t *testing.T) {
@@ -410,7 +301,7 @@ func (s *suite) testOrderPerKey(t *testing.T) {
 	const keys = 50
 	col.await(t, publishN(t, pub, topic, 3000, keys, 16))
 	stop()
-	checkKeyOrder(t, col)
+	col.check(t, keyOrder, false)
 	if peak.Load() <= int64(s.h.Lanes) {
 		t.Errorf("key mode ran at most %d handlers at once with %d lanes and %d keys; want more than the lane count", peak.Load(), s.h.Lanes, keys)
 	}
@@ -458,6 +349,9 @@ func (s *suite) testGroupTakeover(t *testing.T) {
 	ids = append(ids, publishN(t, pub, topic, n/2, 40, 32)...)
 	col.await(t, ids)
 	stop()
+	// Lanes changed hands gracefully (drained and committed first): not
+	// one message may come back.
+	col.check(t, orderOf(pub), false)
 }
 
 func (s *suite) testGroups(t *testing.T) {
@@ -472,6 +366,7 @@ func (s *suite) testGroups(t *testing.T) {
 	ids := publishN(t, pub, topic, 500, 10, 8)
 	for _, col := range cols {
 		col.await(t, ids)
+		col.check(t, orderOf(pub), false)
 	}
 }
 
@@ -500,6 +395,8 @@ func (s *suite) testReplay(t *testing.T) {
 	if got := late.unique(); got != 10 {
 		t.Errorf("a group starting at the latest received %d messages, want the 10 published after it", got)
 	}
+	col.check(t, orderOf(pub), false)
+	late.check(t, orderOf(pub), false)
 }
 
 func (s *suite) testRetry(t *testing.T) {
@@ -525,6 +422,7 @@ func (s *suite) testRetry(t *testing.T) {
 	run(t, k)
 	ids := publishN(t, pub, topic, 50, 5, 8)
 	col.await(t, ids)
+	col.check(t, orderOf(pub), false)
 	mu.Lock()
 	defer mu.Unlock()
 	for _, id := range ids {
@@ -687,6 +585,7 @@ func (s *suite) testLag(t *testing.T) {
 		last = lag
 		return ok && lag == 0 && col.unique() == n
 	}, func() string { return fmt.Sprintf("lag %d after consuming %d of %d", last, col.unique(), n) })
+	col.check(t, orderOf(pub), false)
 }
 
 func (s *suite) testShutdownCommits(t *testing.T) {
@@ -723,6 +622,8 @@ func (s *suite) testShutdownCommits(t *testing.T) {
 		return fmt.Sprintf("first run %d, second run %d, of %d", handled, second.unique(), n)
 	})
 	time.Sleep(300 * time.Millisecond)
+	first.check(t, orderOf(pub), false)
+	second.check(t, orderOf(pub), false)
 	second.mu.Lock()
 	defer second.mu.Unlock()
 	again := 0
@@ -789,6 +690,7 @@ func (s *suite) testClose(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- k.Run(context.Background()) }()
 		col.await(t, publishN(t, c, topic, 100, 4, 8))
+		col.check(t, orderOf(c), false)
 		if err := k.Close(); err != nil {
 			t.Errorf("Consumer.Close: %v", err)
 		}
@@ -833,7 +735,34 @@ func (s *suite) testReconnect(t *testing.T) {
 	run(t, k)
 	ids := publishN(t, pub, topic, 200, 4, 8)
 	Eventually(t, timeout, func() bool { return col.unique() == 200 }, func() string { return "no delivery before restart" })
+	// Once everything handled is committed, a restart has nothing to
+	// deliver again: whatever comes back after it must still keep order.
+	awaitNoLag(t, k)
 	s.h.Restart(ctxT(t), t)
 	ids = append(ids, publishN(t, pub, topic, 200, 4, 8)...)
 	col.await(t, ids)
+	col.check(t, orderOf(pub), true)
+}
+
+// awaitNoLag waits until the transport reports no lag for k's group, on
+// transports that report lag.
+func awaitNoLag(t *testing.T, k *omnibus.Consumer) {
+	t.Helper()
+	if k.Capabilities().Lag == 0 {
+		return
+	}
+	var last []omnibus.LaneLag
+	Eventually(t, timeout, func() bool {
+		lags, err := k.Lag(ctxT(t))
+		if err != nil {
+			return false
+		}
+		last = lags
+		for _, l := range lags {
+			if !l.Known || l.Lag != 0 {
+				return false
+			}
+		}
+		return true
+	}, func() string { return fmt.Sprintf("lag never reached 0: %+v", last) })
 }

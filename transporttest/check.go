@@ -1,0 +1,296 @@
+package transporttest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/omnibus-go/omnibus"
+)
+
+// headerSeq carries the number publishN gives each message.
+const headerSeq = "seq"
+
+// seqs numbers the messages publishN sends, in the order it publishes
+// them, across all topics: a key's messages, and a lane's, carry
+// increasing numbers.
+var seqs atomic.Int64
+
+// collector records what handlers settled and checks order as it goes.
+//
+// A handler calls add just before it returns nil, so add sees each key's
+// settlements in the order they happen. Order means: no message of a key
+// (of a lane, where the test asks for lane order) is handled after a
+// newer one of it was settled, redeliveries included. The same message
+// again, after it was settled and before anything newer of its key was,
+// is a duplicate: at least once allows it where the test says so.
+type collector struct {
+	mu    sync.Mutex
+	ids   map[string]int
+	msgs  map[string]*omnibus.Message
+	dups  int
+	key   orderLog
+	lane  orderLog
+	timed map[string]time.Time // when each ID was first settled
+}
+
+// orderLog is the newest sequence settled per key (or lane) and the
+// violations seen.
+type orderLog struct {
+	newest map[string]int64
+	bad    []string // the first few violations
+	count  int      // all of them
+}
+
+func (o *orderLog) add(kind, name string, seq int64, times int) {
+	last, seen := o.newest[name]
+	if !seen || seq >= last {
+		o.newest[name] = seq
+		return
+	}
+	o.count++
+	if len(o.bad) < 5 {
+		again := ""
+		if times > 1 {
+			again = fmt.Sprintf(" (delivery %d of it)", times)
+		}
+		o.bad = append(o.bad, fmt.Sprintf("%s %q: message %d settled after %d%s", kind, name, seq, last, again))
+	}
+}
+
+func newCollector() *collector {
+	return &collector{
+		ids: map[string]int{}, msgs: map[string]*omnibus.Message{}, timed: map[string]time.Time{},
+		key: orderLog{newest: map[string]int64{}}, lane: orderLog{newest: map[string]int64{}},
+	}
+}
+
+func (c *collector) add(m *omnibus.Message) {
+	seq, err := strconv.ParseInt(m.Headers[headerSeq], 10, 64)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ids[m.ID]++
+	times := c.ids[m.ID]
+	if times > 1 {
+		c.dups++
+	} else {
+		c.timed[m.ID] = time.Now()
+	}
+	cp := *m
+	cp.Body = bytes.Clone(m.Body)
+	cp.Headers = maps.Clone(m.Headers)
+	c.msgs[m.ID] = &cp
+	if err != nil {
+		return // not from publishN: no order to check
+	}
+	if m.Key != "" {
+		c.key.add("key", m.Key, seq, times)
+	}
+	c.lane.add("lane", m.Lane, seq, times)
+}
+
+func (c *collector) unique() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ids)
+}
+
+func (c *collector) duplicates() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dups
+}
+
+func (c *collector) handler(ctx context.Context, m *omnibus.Message) error {
+	c.add(m)
+	return nil
+}
+
+// await waits until every one of ids has been handled, and fails naming
+// how many were not.
+func (c *collector) await(t *testing.T, ids []string) {
+	t.Helper()
+	c.awaitWithin(t, timeout, ids)
+}
+
+// awaitWithin is await with a bound of d.
+func (c *collector) awaitWithin(t *testing.T, d time.Duration, ids []string) {
+	t.Helper()
+	Eventually(t, d, func() bool { return len(c.missing(ids)) == 0 }, func() string {
+		miss := c.missing(ids)
+		return fmt.Sprintf("%d of %d messages never handled, e.g. %v", len(miss), len(ids), miss[:min(5, len(miss))])
+	})
+}
+
+// missing lists the wanted IDs not seen.
+func (c *collector) missing(want []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var miss []string
+	for _, id := range want {
+		if c.ids[id] == 0 {
+			miss = append(miss, id)
+		}
+	}
+	return miss
+}
+
+// ordering is the order a test asserts.
+type ordering int
+
+const (
+	anyOrder  ordering = iota
+	keyOrder           // per key
+	laneOrder          // per lane, and so per key
+)
+
+// orderOf is the order a consumer with the default ordering keeps on c's
+// transport: key order where lanes are ordered.
+func orderOf(c *omnibus.Client) ordering {
+	if c.Capabilities().Ordered {
+		return keyOrder
+	}
+	return anyOrder
+}
+
+// check fails t when the order the test asks for was broken, and when
+// messages were handled more than once in a test that allows no
+// duplicates; allowed duplicates are counted in the log.
+func (c *collector) check(t *testing.T, ord ordering, dupsAllowed bool) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	report := func(what string, o *orderLog) {
+		if o.count > 0 {
+			t.Errorf("%s order broken %d times (no message may be handled after a newer one of its %s was settled), e.g.:\n\t%s",
+				what, o.count, what, strings.Join(o.bad, "\n\t"))
+		}
+	}
+	if ord >= keyOrder {
+		report("key", &c.key)
+	}
+	if ord >= laneOrder {
+		report("lane", &c.lane)
+	}
+	switch {
+	case c.dups > 0 && !dupsAllowed:
+		t.Errorf("%d duplicate deliveries of %d messages; this test allows none", c.dups, len(c.ids))
+	case c.dups > 0:
+		t.Logf("%d duplicate deliveries of %d messages (allowed here)", c.dups, len(c.ids))
+	}
+}
+
+// publishN publishes n messages with keys key0..key{keys-1} (no key when
+// keys is 0) and a seq header numbering them, in batches; it returns the
+// IDs in order.
+func publishN(t *testing.T, c *omnibus.Client, topic string, n, keys, size int) []string {
+	t.Helper()
+	return publishKeys(t, c, topic, n, size, func(i int) string {
+		if keys == 0 {
+			return ""
+		}
+		return "key" + strconv.Itoa(i%keys)
+	})
+}
+
+// publishKeys publishes n messages, message i with key keyOf(i), and
+// returns their IDs in order.
+func publishKeys(t *testing.T, c *omnibus.Client, topic string, n, size int, keyOf func(i int) string) []string {
+	t.Helper()
+	ctx := ctxT(t)
+	ids := make([]string, 0, n)
+	const batch = 100
+	for i := 0; i < n; i += batch {
+		var ms []*omnibus.Message
+		for j := i; j < min(n, i+batch); j++ {
+			ms = append(ms, &omnibus.Message{
+				Key:     keyOf(j),
+				Type:    "test.event",
+				Headers: map[string]string{headerSeq: strconv.FormatInt(seqs.Add(1), 10)},
+				Body:    bytes.Repeat([]byte{'x'}, size),
+			})
+		}
+		if err := c.Publish(ctx, topic, ms...); err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+		for _, m := range ms {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
+// within runs fn and waits up to d for it to return. When fn is still
+// running after d, within fails t with the stacks of the goroutines of
+// omnibus's packages and returns false, leaving fn running: a deadlock
+// cannot be undone from outside.
+func within(t testing.TB, d time.Duration, what string, fn func()) bool {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		t.Errorf("%s did not return within %v; goroutines:\n%s", what, d, stacks())
+		return false
+	}
+}
+
+// stacks returns the stacks of the goroutines running omnibus's code.
+func stacks() string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var out strings.Builder
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "omnibus-go/omnibus") && !strings.Contains(g, "transporttest.stacks") {
+			out.WriteString(g)
+			out.WriteString("\n\n")
+		}
+	}
+	const most = 64 << 10
+	if out.Len() > most {
+		return out.String()[:most] + "\n... (cut)"
+	}
+	return out.String()
+}
+
+// leakCheck notes the goroutines running now; the function it returns
+// fails t when goroutines started since are still running once they had
+// a few seconds to end. Goroutines of the transport's client libraries
+// that outlive Close by design are not ours; anything started by the
+// test is.
+func leakCheck(t *testing.T) func() {
+	opts := []goleak.Option{goleak.IgnoreCurrent()}
+	return func() {
+		t.Helper()
+		var err error
+		for range 50 { // goroutines may take a moment to unwind
+			if err = goleak.Find(opts...); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("goroutines leaked: %v", err)
+	}
+}
