@@ -2,14 +2,19 @@ package natsbus_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/natsbus"
 	"github.com/omnibus-go/omnibus/transporttest"
 )
 
-// harness opens clients on rawURL.
+// harness opens clients on rawURL, which sets ackParam.
 func harness(rawURL string, lanes int) transporttest.Harness {
 	return transporttest.Harness{
 		Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
@@ -19,8 +24,65 @@ func harness(rawURL string, lanes int) transporttest.Harness {
 			}
 			return c
 		},
-		Lanes: lanes,
+		Lanes:       lanes,
+		AckDeadline: ackWait,
+		DeleteGroup: func(ctx context.Context, t testing.TB, topic, group string) {
+			deleteGroup(ctx, t, rawURL, topic, group)
+		},
 	}
+}
+
+// ackWait is the ack_wait of the suite's URLs (ackParam): short, so that
+// handlers and queues outlast it.
+const ackWait = time.Second
+
+var ackParam = "ack_wait=" + ackWait.String()
+
+// deleteGroup deletes the durable consumers of group on topic's stream,
+// the group's one consumer or each of its partition consumers, on a
+// connection of its own to the server at rawURL.
+func deleteGroup(ctx context.Context, t testing.TB, rawURL, topic, group string) {
+	t.Helper()
+	dc, nc, err := natsbus.OpenConn(ctx, rawURL)
+	if err != nil {
+		t.Fatalf("OpenConn: %v", err)
+	}
+	defer dc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	// The topic's subject, or its partitions' subjects.
+	name, err := js.StreamNameBySubject(ctx, topic)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		name, err = js.StreamNameBySubject(ctx, topic+".>")
+	}
+	if err != nil {
+		t.Fatalf("stream of %q: %v", topic, err)
+	}
+	stream, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatalf("stream %q: %v", name, err)
+	}
+	var names []string
+	consumers := stream.ConsumerNames(ctx)
+	for c := range consumers.Name() {
+		if c == group || strings.HasPrefix(c, group+"_p") {
+			names = append(names, c)
+		}
+	}
+	if err := consumers.Err(); err != nil {
+		t.Fatalf("consumers of stream %q: %v", name, err)
+	}
+	if len(names) == 0 {
+		t.Fatalf("stream %q has no consumer of group %q", name, group)
+	}
+	for _, c := range names {
+		if err := stream.DeleteConsumer(ctx, c); err != nil {
+			t.Fatalf("delete consumer %q of stream %q: %v", c, name, err)
+		}
+	}
+	t.Logf("deleted consumers %v of stream %q", names, name)
 }
 
 // cleanupSuiteStreams deletes the streams the suite created under t on
@@ -41,14 +103,14 @@ func cleanupSuiteStreams(t *testing.T, serverURL string) {
 func TestConformanceExternal(t *testing.T) {
 	u := externalURL(t)
 	cleanupSuiteStreams(t, u)
-	transporttest.Run(t, harness(u+"?ack_wait=5s", 1))
+	transporttest.Run(t, harness(u+"?"+ackParam, 1))
 }
 
 func TestConformanceEmbedded(t *testing.T) {
 	// The server starts with a test's first client and stops with its
 	// last; the data directory keeps the streams in between.
 	dir := t.TempDir()
-	transporttest.Run(t, harness("nats://embedded?ack_wait=5s&dir="+dir, 1))
+	transporttest.Run(t, harness("nats://embedded?"+ackParam+"&dir="+dir, 1))
 }
 
 // partitionedParams make the partitioned mode's leases react in test time.
@@ -57,10 +119,10 @@ const partitionedParams = "partitions=4&lease_ttl=2s&rebalance_interval=100ms"
 func TestConformancePartitionedExternal(t *testing.T) {
 	u := externalURL(t)
 	cleanupSuiteStreams(t, u)
-	transporttest.Run(t, harness(u+"?ack_wait=5s&"+partitionedParams, 4))
+	transporttest.Run(t, harness(u+"?"+ackParam+"&"+partitionedParams, 4))
 }
 
 func TestConformancePartitionedEmbedded(t *testing.T) {
 	dir := t.TempDir()
-	transporttest.Run(t, harness("nats://embedded?ack_wait=5s&"+partitionedParams+"&dir="+dir, 4))
+	transporttest.Run(t, harness("nats://embedded?"+ackParam+"&"+partitionedParams+"&dir="+dir, 4))
 }

@@ -231,9 +231,9 @@ func publishKeys(t *testing.T, c *omnibus.Client, topic string, n, size int, key
 }
 
 // within runs fn and waits up to d for it to return. When fn is still
-// running after d, within fails t with the stacks of the goroutines of
-// omnibus's packages and returns false, leaving fn running: a deadlock
-// cannot be undone from outside.
+// running after d, within fails t with the stacks of the goroutines t's
+// test started and returns false, leaving fn running: a deadlock cannot
+// be undone from outside.
 func within(t testing.TB, d time.Duration, what string, fn func()) bool {
 	t.Helper()
 	done := make(chan struct{})
@@ -245,13 +245,31 @@ func within(t testing.TB, d time.Duration, what string, fn func()) bool {
 	case <-done:
 		return true
 	case <-time.After(d):
-		t.Errorf("%s did not return within %v; goroutines:\n%s", what, d, stacks())
+		t.Errorf("%s did not return within %v; goroutines:\n%s", what, d, stacks(t))
 		return false
 	}
 }
 
-// stacks returns the stacks of the goroutines running omnibus's code.
-func stacks() string {
+// firstGoroutine holds, per test and subtest marked, the number of the
+// first goroutine started after it began (goroutine numbers only grow),
+// so that a test's stacks leave out what earlier tests left behind.
+var firstGoroutine sync.Map // test name -> int64
+
+// markGoroutines records where t's goroutines start.
+func markGoroutines(t *testing.T) {
+	var last int64
+	for _, g := range goroutines() {
+		last = max(last, g.id)
+	}
+	firstGoroutine.Store(t.Name(), last+1)
+}
+
+type goroutine struct {
+	id    int64
+	stack string
+}
+
+func goroutines() []goroutine {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -261,14 +279,35 @@ func stacks() string {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	var out strings.Builder
+	var gs []goroutine
 	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "omnibus-go/omnibus") && !strings.Contains(g, "transporttest.stacks") {
-			out.WriteString(g)
+		var id int64
+		if _, err := fmt.Sscanf(g, "goroutine %d ", &id); err == nil {
+			gs = append(gs, goroutine{id, g})
+		}
+	}
+	return gs
+}
+
+// stacks returns the stacks of the goroutines running omnibus's code
+// that t's test started.
+func stacks(t testing.TB) string {
+	var first int64
+	longest := -1
+	firstGoroutine.Range(func(name, id any) bool {
+		if n := name.(string); len(n) > longest && (t.Name() == n || strings.HasPrefix(t.Name(), n+"/")) {
+			first, longest = id.(int64), len(n)
+		}
+		return true
+	})
+	var out strings.Builder
+	for _, g := range goroutines() {
+		if g.id >= first && strings.Contains(g.stack, "omnibus-go/omnibus") && !strings.Contains(g.stack, "transporttest.goroutines") {
+			out.WriteString(g.stack)
 			out.WriteString("\n\n")
 		}
 	}
-	const most = 64 << 10
+	const most = 32 << 10
 	if out.Len() > most {
 		return out.String()[:most] + "\n... (cut)"
 	}

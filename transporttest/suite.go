@@ -49,10 +49,23 @@ func Run(t *testing.T, h Harness) {
 		{"ShutdownCommits", s.testShutdownCommits},
 		{"ContextCancellation", s.testCancel},
 		{"Close", s.testClose},
+		{"SlowHandler", s.testSlowHandler},
+		{"GroupDeleted", s.testGroupDeleted},
+		{"DeadLetterRejected", s.testDeadLetterRejected},
+		{"ObserverCallsBack", s.testObserverCallsBack},
+		{"HandlerIgnoresContext", s.testHandlerIgnoresContext},
+		{"RetryingKeyDoesNotStall", s.testRetryingKey},
+		{"RevocationKeepsOtherLanes", s.testRevocationKeepsOtherLanes},
+		{"HandlerCallsBack", s.testHandlerCallsBack},
+		{"MaxInFlightBytes", s.testMaxInFlightBytes},
+		{"ShutdownReportsFailedCommit", s.testShutdownReportsFailedCommit},
 		{"Reconnect", s.testReconnect},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, tt.fn)
+		t.Run(tt.name, func(t *testing.T) {
+			markGoroutines(t)
+			tt.fn(t)
+		})
 	}
 }
 
@@ -112,13 +125,21 @@ func ctxT(t *testing.T) context.Context {
 // fails t with msg's text. Transport tests use it for every wait.
 func Eventually(t testing.TB, d time.Duration, cond func() bool, msg func() string) {
 	t.Helper()
+	if !poll(d, cond) {
+		t.Fatalf("after %v: %s", d, msg())
+	}
+}
+
+// poll reports whether cond holds within d, polling every 20ms.
+func poll(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, msg())
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 // run starts k.Run and stops it at cleanup; it returns a stop function

@@ -1,0 +1,850 @@
+package transporttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/omnibus-go/omnibus"
+)
+
+// The hostile tests: handlers slower than the ack deadline, groups deleted
+// behind their members' backs, dead-letter topics that refuse, callbacks
+// that call back in, contexts ignored, retries and revocations that must
+// not stall what they do not concern, and bounds that must hold.
+
+// hang bounds a call that must not block: one still running after it
+// fails the test with the goroutines' stacks.
+const hang = 10 * time.Second
+
+// start runs k.Run in a goroutine and returns its result's channel.
+func start(ctx context.Context, k *omnibus.Consumer) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	return done
+}
+
+// awaitRun waits up to d for Run to return, and fails t with the
+// goroutines' stacks when it does not.
+func awaitRun(t *testing.T, done <-chan error, d time.Duration) (error, bool) {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err, true
+	case <-time.After(d):
+		t.Errorf("Run did not return within %v; goroutines:\n%s", d, stacks(t))
+		return nil, false
+	}
+}
+
+// released returns a channel for handlers to wait on and the function
+// that closes it (once, however often it is called). A test registers the
+// function as a cleanup after subscribing, so that it runs before the
+// consumer is closed.
+func released() (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return ch, func() { once.Do(func() { close(ch) }) }
+}
+
+// errorLog counts the records logged at ERROR and above and keeps the
+// last one's text.
+type errorLog struct {
+	mu   sync.Mutex
+	n    int
+	last string
+}
+
+func (h *errorLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
+
+func (h *errorLog) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" {
+			fmt.Fprintf(&b, " err=%.200s", a.Value.String())
+		}
+		return true
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n++
+	h.last = b.String()
+	return nil
+}
+
+func (h *errorLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *errorLog) WithGroup(string) slog.Handler      { return h }
+
+func (h *errorLog) count() (int, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n, h.last
+}
+
+// --- handlers slower than the ack deadline ---
+
+// testSlowHandler keeps messages waiting for a handler longer than the
+// transport's ack deadline, queued behind a small MaxInFlight or held by
+// handlers that take longer than the deadline each: none may be lost, and
+// a redelivery may not be handled after a newer message of its key was
+// settled. Duplicates are counted.
+func (s *suite) testSlowHandler(t *testing.T) {
+	d := s.h.AckDeadline
+	if d == 0 {
+		t.Skip("SKIP (harness AckDeadline): the transport has no ack deadline within a test's length")
+	}
+	t.Run("Queued", func(t *testing.T) {
+		// One key, handled one message at a time for several deadlines.
+		const each = 40 * time.Millisecond
+		n := max(120, int(4*d/each))
+		s.slowHandler(t, each, omnibus.MaxInFlight(2), func(pub *omnibus.Client, topic string) []string {
+			return publishKeys(t, pub, topic, n, 8, func(int) string { return "key" })
+		})
+	})
+	t.Run("BeyondDeadline", func(t *testing.T) {
+		// Handlers of keys slow0 and slow1 take longer than the deadline
+		// each; the other keys' messages wait behind them.
+		s.slowHandler(t, d*3/2, omnibus.MaxInFlight(4), func(pub *omnibus.Client, topic string) []string {
+			ids := publishKeys(t, pub, topic, 6, 8, func(i int) string { return "slow" + strconv.Itoa(i%2) })
+			return append(ids, publishKeys(t, pub, topic, 40, 8, func(i int) string { return "fast" + strconv.Itoa(i%4) })...)
+		})
+	})
+}
+
+// slowHandler runs a handler taking slow for messages of keys starting
+// with "slow" or named "key", and 10ms for the others, over what publish
+// sends.
+func (s *suite) slowHandler(t *testing.T, slow time.Duration, limit omnibus.SubscribeOption, publish func(*omnibus.Client, string) []string) {
+	markGoroutines(t)
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	col := newCollector()
+	var calls atomic.Int64
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		calls.Add(1)
+		if m.Key == "key" || strings.HasPrefix(m.Key, "slow") {
+			time.Sleep(slow)
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+		col.add(m)
+		return nil
+	}
+	k := s.subscribe(t, sub, topic, h, append(earliest(sub), limit)...)
+	stop := run(t, k)
+	ids := publish(pub, topic)
+	col.await(t, ids)
+	stop()
+	t.Logf("%d messages, %d handler calls (ack deadline %v, handler %v)", len(ids), calls.Load(), s.h.AckDeadline, slow)
+	col.check(t, orderOf(pub), true)
+}
+
+// --- a group's state deleted behind its back ---
+
+// testGroupDeleted deletes what the server keeps of a group: the group
+// must still get every message published while it was stopped, and
+// everything published after the deletion while it runs. A group whose
+// position is gone may read again what it had settled (duplicates), but
+// never skips.
+func (s *suite) testGroupDeleted(t *testing.T) {
+	if s.h.DeleteGroup == nil {
+		t.Skip("SKIP (harness DeleteGroup): the harness cannot delete a group's state apart from its messages")
+	}
+	const group = "deleted"
+	t.Run("WhileStopped", func(t *testing.T) {
+		pub := s.open(t)
+		topic := s.topic(t, pub)
+		first := newCollector()
+		k := s.subscribe(t, s.open(t), topic, first.handler, append(earliest(pub), omnibus.Group(group))...)
+		stop := run(t, k)
+		first.await(t, publishN(t, pub, topic, 10, 4, 8))
+		awaitNoLag(t, k)
+		stop()
+		ids := publishN(t, pub, topic, 20, 4, 8)
+		s.h.DeleteGroup(ctxT(t), t, topic, group)
+		// The group comes back without asking for the earliest: it
+		// exists, so it must not start at the end.
+		again := newCollector()
+		run(t, s.subscribe(t, s.open(t), topic, again.handler, omnibus.Group(group)))
+		again.awaitWithin(t, 30*time.Second, ids)
+		first.check(t, orderOf(pub), false)
+		again.check(t, orderOf(pub), true)
+	})
+	t.Run("WhileRunning", func(t *testing.T) {
+		pub := s.open(t)
+		topic := s.topic(t, pub)
+		before, after := newCollector(), newCollector()
+		var cur atomic.Pointer[collector]
+		cur.Store(before)
+		h := func(ctx context.Context, m *omnibus.Message) error {
+			cur.Load().add(m)
+			return nil
+		}
+		k := s.subscribe(t, s.open(t), topic, h, append(earliest(pub), omnibus.Group(group))...)
+		stop := run(t, k)
+		before.await(t, publishN(t, pub, topic, 20, 4, 8))
+		awaitNoLag(t, k) // nothing in flight: whatever comes after is in order
+		cur.Store(after)
+		s.h.DeleteGroup(ctxT(t), t, topic, group)
+		ids := publishN(t, pub, topic, 20, 4, 8)
+		after.awaitWithin(t, 30*time.Second, ids)
+		stop()
+		before.check(t, orderOf(pub), false)
+		after.check(t, orderOf(pub), true)
+	})
+}
+
+// --- dead-letter topics that refuse ---
+
+// testDeadLetterRejected fails a message permanently where its dead
+// letter cannot land: the other keys keep flowing, the engine does not
+// log errors in a loop, and the message is not lost (it lands somewhere
+// or the group gets it again).
+func (s *suite) testDeadLetterRejected(t *testing.T) {
+	t.Run("TooLarge", func(t *testing.T) {
+		pub := s.open(t)
+		max := pub.Capabilities().MaxMessageBytes
+		if max == 0 {
+			t.Skip("SKIP (capability MaxMessageBytes): the transport declares no size limit")
+		}
+		if max > 16<<20 {
+			t.Skipf("SKIP (capability MaxMessageBytes): %d bytes is too large to fill in a test", max)
+		}
+		topic := s.topic(t, pub)
+		dlq := topic + ".dlq"
+		if err := pub.CreateTopic(ctxT(t), dlq, 1); err != nil {
+			t.Fatalf("CreateTopic(%q): %v", dlq, err)
+		}
+		s.poisonDoesNotStall(t, pub, topic, dlq, func(id string) {
+			// As large as the transport takes: the dead-letter headers,
+			// with a long reason, push it over the limit.
+			for _, margin := range []int{0, 256, 1 << 10, 4 << 10, 16 << 10} {
+				m := &omnibus.Message{ID: id, Key: "poison", Type: "test.event", Headers: map[string]string{}}
+				m.Body = make([]byte, max-margin-len(m.ID)-len(m.Key)-len(m.Type))
+				err := pub.Publish(ctxT(t), topic, m)
+				if err == nil {
+					t.Logf("poison message of %d bytes (limit %d)", len(m.Body), max)
+					return
+				}
+				if !errors.Is(err, omnibus.ErrTooLarge) {
+					t.Fatalf("Publish of %d bytes: %v", len(m.Body), err)
+				}
+			}
+			t.Fatalf("no message within 16 KiB of MaxMessageBytes %d was accepted", max)
+		})
+	})
+	t.Run("InvalidTopic", func(t *testing.T) {
+		pub := s.open(t)
+		topic := s.topic(t, pub)
+		// Too long for Kafka (249) and AMQP (255), spaces and wildcards for
+		// NATS and Kafka.
+		dlq := strings.Repeat("dead ", 60) + "*>"
+		s.poisonDoesNotStall(t, pub, topic, dlq, func(id string) {
+			if err := pub.Publish(ctxT(t), topic, &omnibus.Message{ID: id, Key: "poison", Body: []byte("poison")}); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+		}, omnibus.DeadLetterTopic(dlq))
+	})
+}
+
+// poisonReason is the reason a poison message fails with: long, so that
+// its dead letter is larger than the message.
+var poisonReason = "cannot parse: " + strings.Repeat("r", 32<<10)
+
+// poisonDoesNotStall runs a group on topic whose handler fails the poison
+// message (sent by publishPoison) permanently and handles the rest, with
+// dead letters going to dlq.
+func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq string, publishPoison func(id string), opts ...omnibus.SubscribeOption) {
+	markGoroutines(t)
+	// The dead-letter topic's reader, where the transport lets one read it.
+	dead := newCollector()
+	if kd, err := s.open(t).Subscribe(ctxT(t), dlq, dead.handler, earliest(pub)...); err == nil {
+		t.Cleanup(func() { within(t, cleanupWait, "Consumer.Close", func() { _ = kd.Close() }) })
+		run(t, kd)
+	} else {
+		t.Logf("dead-letter topic %.40q cannot be read: %v", dlq, err)
+	}
+	// The worker's client logs into errs.
+	errs := &errorLog{}
+	sub, err := omnibus.New(s.open(t).Driver(), omnibus.WithLogger(slog.New(errs)))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	poison := "poison-" + strconv.FormatUint(rand.Uint64(), 36)
+	ok := newCollector()
+	var tries atomic.Int64
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		if m.ID == poison {
+			tries.Add(1)
+			return omnibus.Permanent(errors.New(poisonReason))
+		}
+		ok.add(m)
+		return nil
+	}
+	opts = append(append(earliest(pub), omnibus.Group("worker"), omnibus.MaxInFlight(4), omnibus.MaxAttempts(2),
+		omnibus.Backoff(5*time.Millisecond, 20*time.Millisecond), omnibus.DrainTimeout(2*time.Second)), opts...)
+	k, err := sub.Subscribe(ctxT(t), topic, h, opts...)
+	if err != nil {
+		// Refusing the dead-letter topic up front is the best outcome.
+		t.Logf("Subscribe refused the dead-letter topic: %v", err)
+		return
+	}
+	t.Cleanup(func() { within(t, cleanupWait, "Consumer.Close", func() { _ = k.Close() }) })
+	began := time.Now()
+	run(t, k)
+	publishPoison(poison)
+	healthy := publishKeys(t, pub, topic, 500, 8, func(i int) string { return "healthy" + strconv.Itoa(i%20) })
+	flowed := poll(30*time.Second, func() bool { return len(ok.missing(healthy)) == 0 })
+	if !flowed {
+		t.Errorf("other keys stalled behind a dead letter that cannot land: %d of %d healthy messages handled in 30s (poison tried %d times)",
+			len(healthy)-len(ok.missing(healthy)), len(healthy), tries.Load())
+	}
+	if n, last := errs.count(); n > 10 {
+		t.Errorf("the engine logged %d errors in %v (a loop), the last: %s", n, time.Since(began).Round(time.Millisecond), last)
+	}
+	if !flowed {
+		return
+	}
+	// Undecided: what the engine does with a dead letter that can never
+	// land (trim it until it fits, then park it or fail the consumer).
+	// Assert that policy here once it is documented.
+
+	// Not lost: it landed in the dead-letter topic, or the group gets it
+	// again once this member is gone.
+	if !within(t, hang, "Consumer.Close", func() { _ = k.Close() }) {
+		return
+	}
+	if dead.unique() > 0 && len(dead.missing([]string{poison})) == 0 {
+		t.Logf("the dead letter landed in %.40q", dlq)
+		return
+	}
+	again := newCollector()
+	run(t, s.subscribe(t, s.open(t), topic, again.handler, append(earliest(pub), omnibus.Group("worker"))...))
+	Eventually(t, 30*time.Second, func() bool { return len(again.missing([]string{poison})) == 0 }, func() string {
+		return fmt.Sprintf("the poison message was neither dead-lettered (%d in %.40q) nor delivered to its group again: lost", dead.unique(), dlq)
+	})
+	ok.check(t, orderOf(pub), false)
+}
+
+// --- callbacks that call back in ---
+
+// testObserverCallsBack calls the consumer from its own observer: Stats
+// and Lag on every kind of event (retries included), and Close or
+// Shutdown. Nothing may deadlock.
+func (s *suite) testObserverCallsBack(t *testing.T) {
+	t.Run("StatsAndLag", func(t *testing.T) {
+		pub, sub := s.open(t), s.open(t)
+		topic := s.topic(t, pub)
+		var kp atomic.Pointer[omnibus.Consumer]
+		var events, lags atomic.Int64
+		observe := func(e omnibus.Event) {
+			k := kp.Load()
+			if k == nil {
+				return
+			}
+			n := events.Add(1)
+			_ = k.Stats()
+			if k.Capabilities().Lag != 0 && (e.Kind != omnibus.EventProcessed || n%50 == 0) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, _ = k.Lag(ctx)
+				cancel()
+				lags.Add(1)
+			}
+		}
+		col := newCollector()
+		h := func(ctx context.Context, m *omnibus.Message) error {
+			if m.Attempt == 1 && crc32.ChecksumIEEE([]byte(m.ID))%4 == 0 {
+				return errors.New("injected failure")
+			}
+			col.add(m)
+			return nil
+		}
+		k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.Observe(observe), omnibus.Backoff(5*time.Millisecond, 20*time.Millisecond))...)
+		kp.Store(k)
+		done := start(context.Background(), k)
+		ids := publishN(t, pub, topic, 200, 10, 8)
+		Eventually(t, 30*time.Second, func() bool { return len(col.missing(ids)) == 0 }, func() string {
+			return fmt.Sprintf("%d of %d handled with an observer calling Stats and Lag (%d events, %d Lag calls); goroutines:\n%s",
+				col.unique(), len(ids), events.Load(), lags.Load(), stacks(t))
+		})
+		if within(t, hang, "Consumer.Close", func() { _ = k.Close() }) {
+			awaitRun(t, done, hang)
+		}
+		t.Logf("%d events observed, %d Lag calls from the observer", events.Load(), lags.Load())
+	})
+	t.Run("Close", func(t *testing.T) {
+		s.observerStops(t, func(k *omnibus.Consumer) error { return k.Close() })
+	})
+	t.Run("Shutdown", func(t *testing.T) {
+		s.observerStops(t, func(k *omnibus.Consumer) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return k.Shutdown(ctx)
+		})
+	})
+}
+
+// observerStops calls stop from the observer, at the first message
+// processed: stop, Run and the client's Close return, and no goroutine is
+// left.
+func (s *suite) observerStops(t *testing.T, stop func(*omnibus.Consumer) error) {
+	markGoroutines(t)
+	leaks := leakCheck(t)
+	c := s.h.Open(ctxT(t), t)
+	t.Cleanup(func() { within(t, cleanupWait, "Client.Close", func() { _ = c.Close() }) })
+	topic := s.topic(t, c)
+	var kp atomic.Pointer[omnibus.Consumer]
+	var called atomic.Bool
+	returned := make(chan error, 1)
+	observe := func(e omnibus.Event) {
+		if k := kp.Load(); k != nil && e.Kind == omnibus.EventProcessed && called.CompareAndSwap(false, true) {
+			returned <- stop(k)
+		}
+	}
+	k, err := c.Subscribe(ctxT(t), topic, func(context.Context, *omnibus.Message) error { return nil }, append(earliest(c), omnibus.Observe(observe))...)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	kp.Store(k)
+	done := start(context.Background(), k)
+	publishN(t, c, topic, 20, 4, 8)
+	select {
+	case err := <-returned:
+		t.Logf("called from the observer: %v", err)
+	case <-time.After(hang):
+		t.Fatalf("called from the observer, it did not return within %v; goroutines:\n%s", hang, stacks(t))
+	}
+	// Whatever it answered, the consumer can still be stopped from outside.
+	if !within(t, hang, "Consumer.Close", func() { _ = k.Close() }) {
+		return
+	}
+	if _, ok := awaitRun(t, done, hang); !ok {
+		return
+	}
+	if !within(t, hang, "Client.Close", func() { _ = c.Close() }) {
+		return
+	}
+	leaks()
+}
+
+// --- handlers that ignore their context ---
+
+// testHandlerIgnoresContext stops a consumer whose handlers ignore their
+// context: Shutdown, Scale and Run's drain return by their deadline with
+// the messages left unsettled, and Close returns.
+func (s *suite) testHandlerIgnoresContext(t *testing.T) {
+	// Shutdown commits what is settled with a short grace after its
+	// deadline; beyond this the call is stuck.
+	const deadline, grace = time.Second, 3 * time.Second
+	t.Run("Shutdown", func(t *testing.T) {
+		k, _, _ := s.stuckHandlers(t, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		var err error
+		if within(t, deadline+grace, "Shutdown", func() { err = k.Shutdown(ctx) }) {
+			checkUnsettled(t, "Shutdown", err)
+		}
+	})
+	t.Run("RunDrain", func(t *testing.T) {
+		_, cancel, done := s.stuckHandlers(t, 1, omnibus.DrainTimeout(deadline))
+		began := time.Now()
+		cancel()
+		if err, ok := awaitRun(t, done, deadline+grace); ok {
+			t.Logf("Run returned %v after %v", err, time.Since(began).Round(time.Millisecond))
+		}
+	})
+	t.Run("ScaleDown", func(t *testing.T) {
+		k, _, _ := s.stuckHandlers(t, 2, omnibus.DrainTimeout(deadline))
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		var err error
+		if within(t, deadline+grace, "Scale(1)", func() { err = k.Scale(ctx, 1) }) {
+			checkUnsettled(t, "Scale(1)", err)
+		}
+	})
+	t.Run("Close", func(t *testing.T) {
+		k, _, _ := s.stuckHandlers(t, 1)
+		within(t, grace, "Close", func() { _ = k.Close() })
+	})
+}
+
+// stuckHandlers subscribes members whose handlers wait, ignoring their
+// context, until the test ends, and returns once every member runs one.
+// cancel cancels Run's context; done has Run's result.
+func (s *suite) stuckHandlers(t *testing.T, members int, opts ...omnibus.SubscribeOption) (k *omnibus.Consumer, cancel context.CancelFunc, done <-chan error) {
+	markGoroutines(t)
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	wait, release := released()
+	h := func(context.Context, *omnibus.Message) error {
+		<-wait
+		return nil
+	}
+	k = s.subscribe(t, sub, topic, h, append(earliest(sub), append([]omnibus.SubscribeOption{omnibus.Consumers(members)}, opts...)...)...)
+	t.Cleanup(release) // before the consumer's Close
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done = start(ctx, k)
+	// Keep publishing until every member holds a message: on some
+	// transports a member gets lanes only when another gives them up.
+	var last time.Time
+	Eventually(t, timeout, func() bool {
+		if len(busyMembers(k)) == members {
+			return true
+		}
+		if time.Since(last) > 200*time.Millisecond {
+			publishN(t, pub, topic, 20, 20, 8)
+			last = time.Now()
+		}
+		return false
+	}, func() string {
+		return fmt.Sprintf("not every one of %d members got a message: %+v", members, k.Stats().Lanes)
+	})
+	return k, cancel, done
+}
+
+func checkUnsettled(t *testing.T, what string, err error) {
+	t.Helper()
+	var ue *omnibus.UnsettledError
+	if !errors.As(err, &ue) || !errors.Is(err, context.DeadlineExceeded) || ue.Count == 0 {
+		t.Errorf("%s with handlers running past its deadline: got %v, want an *UnsettledError counting them and wrapping context.DeadlineExceeded", what, err)
+	}
+}
+
+// busyMembers is the set of members with messages in flight.
+func busyMembers(k *omnibus.Consumer) map[int]bool {
+	busy := map[int]bool{}
+	for _, l := range k.Stats().Lanes {
+		if l.Member >= 0 && l.InFlight > 0 {
+			busy[l.Member] = true
+		}
+	}
+	return busy
+}
+
+// --- what one key or lane does must not stall the others ---
+
+// testRetryingKey keeps one message failing while messages of other keys
+// arrive, with a small MaxInFlight: they are handled promptly, and in
+// ordered modes nothing of the failing key overtakes it.
+func (s *suite) testRetryingKey(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	ordered := pub.Capabilities().Ordered
+	stuck := "stuck-" + strconv.FormatUint(rand.Uint64(), 36)
+	col := newCollector()
+	var tries, overtook atomic.Int64
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		if m.ID == stuck {
+			tries.Add(1)
+			return errors.New("injected failure")
+		}
+		if m.Key == "stuck" && ordered {
+			overtook.Add(1)
+		}
+		col.add(m)
+		return nil
+	}
+	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.MaxInFlight(4), omnibus.MaxAttempts(1<<20),
+		omnibus.Backoff(20*time.Millisecond, 100*time.Millisecond), omnibus.DrainTimeout(2*time.Second))...)
+	stop := run(t, k)
+	if err := pub.Publish(ctxT(t), topic, &omnibus.Message{ID: stuck, Key: "stuck", Body: []byte("x")}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	publishKeys(t, pub, topic, 20, 8, func(int) string { return "stuck" })
+	others := publishKeys(t, pub, topic, 50, 8, func(i int) string { return "other" + strconv.Itoa(i%10) })
+	Eventually(t, 15*time.Second, func() bool { return len(col.missing(others)) == 0 }, func() string {
+		return fmt.Sprintf("%d of %d messages of other keys handled while one key retried (%d tries)",
+			len(others)-len(col.missing(others)), len(others), tries.Load())
+	})
+	if tries.Load() < 2 {
+		t.Errorf("the failing message was tried %d times; want it still retrying", tries.Load())
+	}
+	if n := overtook.Load(); n > 0 {
+		t.Errorf("%d messages of the retrying key were handled before it settled", n)
+	}
+	stop()
+	col.check(t, orderOf(pub), false)
+}
+
+// testRevocationKeepsOtherLanes revokes a lane whose handler holds on
+// (the drain waits for it) and measures, per lane, how long messages
+// published meanwhile wait: the lanes the member keeps go on flowing.
+func (s *suite) testRevocationKeepsOtherLanes(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	need(t, pub.Capabilities().LaneCap, "LaneCap")
+	if s.h.Lanes < 2 {
+		t.Skip("SKIP (harness Lanes): with one lane nothing stays when a lane moves")
+	}
+	topic := s.topic(t, pub)
+	wait, release := released()
+	var mu sync.Mutex
+	blocked := map[string]bool{}        // lanes with a handler holding on
+	worst := map[string]time.Duration{} // per lane, the longest a probe waited
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		if strings.HasPrefix(m.Key, "block") {
+			mu.Lock()
+			blocked[m.Lane] = true
+			mu.Unlock()
+			select {
+			case <-wait:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		waited := time.Since(m.Time)
+		mu.Lock()
+		worst[m.Lane] = max(worst[m.Lane], waited)
+		mu.Unlock()
+		return nil
+	}
+	probes := newCollector()
+	k := s.subscribe(t, sub, topic, func(ctx context.Context, m *omnibus.Message) error {
+		if err := h(ctx, m); err != nil {
+			return err
+		}
+		probes.add(m)
+		return nil
+	}, append(earliest(sub), omnibus.DrainTimeout(30*time.Second))...)
+	t.Cleanup(release)
+	stop := run(t, k)
+	// A handler holds on in every lane.
+	publishKeys(t, pub, topic, 64, 8, func(i int) string { return "block" + strconv.Itoa(i) })
+	Eventually(t, timeout, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(blocked) == s.h.Lanes
+	}, func() string { return fmt.Sprintf("handlers hold on in lanes %v, want all %d", blocked, s.h.Lanes) })
+	// A second member joins: the first gives lanes up, and each drain
+	// waits for the handler holding on. Messages keep coming meanwhile.
+	scaled := make(chan error, 1)
+	go func() { scaled <- k.Scale(ctxT(t), 2) }()
+	const window, stall = 6 * time.Second, 2500 * time.Millisecond
+	var ids []string
+	for end := time.Now().Add(window); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		ids = append(ids, publishKeys(t, pub, topic, 40, 8, func(i int) string { return "probe" + strconv.Itoa(i) })...)
+	}
+	release()
+	probes.await(t, ids)
+	select {
+	case err := <-scaled:
+		if err != nil {
+			t.Fatalf("Scale(2): %v", err)
+		}
+	case <-time.After(timeout):
+		t.Fatalf("Scale(2) did not return within %v of the handlers' release", timeout)
+	}
+	var kept []string
+	Eventually(t, timeout, func() bool {
+		kept = kept[:0]
+		members := map[int]bool{}
+		for _, l := range k.Stats().Lanes {
+			members[l.Member] = true
+			if l.Member == 0 {
+				kept = append(kept, l.Lane)
+			}
+		}
+		return members[0] && members[1]
+	}, func() string { return fmt.Sprintf("lanes not split over 2 members: %+v", k.Stats().Lanes) })
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	var stalled []string
+	for lane, d := range worst {
+		if d > stall {
+			stalled = append(stalled, lane)
+		}
+	}
+	slices.Sort(stalled)
+	t.Logf("per lane, the longest a message waited: %v; member 0 kept %v", worst, kept)
+	if len(stalled) == 0 {
+		t.Fatalf("no lane waited for a drain in the %v window: the revocation came too late to measure anything", window)
+	}
+	for _, lane := range kept {
+		if worst[lane] > stall {
+			t.Errorf("lane %s stayed with its member, yet a message on it waited %v while other lanes drained", lane, worst[lane].Round(time.Millisecond))
+		}
+	}
+}
+
+// --- calls from inside a handler ---
+
+// testHandlerCallsBack calls Close, Shutdown and Scale from inside a
+// handler: each returns (an error is fine), the consumer stops, and no
+// goroutine is left.
+func (s *suite) testHandlerCallsBack(t *testing.T) {
+	t.Run("Close", func(t *testing.T) {
+		s.handlerCalls(t, 1, func(k *omnibus.Consumer) error { return k.Close() })
+	})
+	t.Run("Shutdown", func(t *testing.T) {
+		s.handlerCalls(t, 1, func(k *omnibus.Consumer) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return k.Shutdown(ctx)
+		})
+	})
+	t.Run("ScaleDown", func(t *testing.T) {
+		s.handlerCalls(t, 2, func(k *omnibus.Consumer) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return k.Scale(ctx, 1)
+		})
+	})
+}
+
+// handlerCalls runs call from handlers of a consumer of members members.
+// With more than one member, the handlers wait until every member runs
+// one and all then call, so the call comes from the member it removes
+// too.
+func (s *suite) handlerCalls(t *testing.T, members int, call func(*omnibus.Consumer) error) {
+	markGoroutines(t)
+	leaks := leakCheck(t)
+	c := s.h.Open(ctxT(t), t)
+	t.Cleanup(func() { within(t, cleanupWait, "Client.Close", func() { _ = c.Close() }) })
+	topic := s.topic(t, c)
+	var kp atomic.Pointer[omnibus.Consumer]
+	var claimed atomic.Bool // with one member: the handler that calls
+	var called atomic.Bool  // a handler made the call, or is making it
+	var inCall atomic.Int64 // calls not returned yet
+	var mu sync.Mutex
+	var results []string
+	var everyMember atomic.Bool
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		k := kp.Load()
+		if k == nil || called.Load() {
+			return nil
+		}
+		if members == 1 && !claimed.CompareAndSwap(false, true) {
+			return nil
+		}
+		for end := time.Now().Add(hang); members > 1 && len(busyMembers(k)) < members; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) || ctx.Err() != nil {
+				break
+			}
+		}
+		if len(busyMembers(k)) == members {
+			everyMember.Store(true)
+		}
+		inCall.Add(1)
+		called.Store(true)
+		defer inCall.Add(-1)
+		began := time.Now()
+		err := call(k)
+		mu.Lock()
+		results = append(results, fmt.Sprintf("%v after %v", err, time.Since(began).Round(time.Millisecond)))
+		mu.Unlock()
+		return nil
+	}
+	k, err := c.Subscribe(ctxT(t), topic, h, append(earliest(c), omnibus.Consumers(members), omnibus.DrainTimeout(2*time.Second))...)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	kp.Store(k)
+	done := start(context.Background(), k)
+	publishN(t, c, topic, 100, 100, 8)
+	Eventually(t, timeout, called.Load, func() string { return "no handler ran" })
+	for end := time.Now().Add(hang); inCall.Load() > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("called from inside a handler, it did not return within %v; goroutines:\n%s", hang, stacks(t))
+		}
+	}
+	mu.Lock()
+	t.Logf("called from inside handlers (every member running one: %v): %v", everyMember.Load(), results)
+	mu.Unlock()
+	// Whatever it answered, the consumer can still be stopped from outside.
+	if !within(t, hang, "Consumer.Close", func() { _ = k.Close() }) {
+		return
+	}
+	if _, ok := awaitRun(t, done, hang); !ok {
+		return
+	}
+	if !within(t, hang, "Client.Close", func() { _ = c.Close() }) {
+		return
+	}
+	leaks()
+}
+
+// --- bounds ---
+
+// testMaxInFlightBytes sends one small message, so the engine learns a
+// small size, then large ones: the bytes in flight never pass the bound
+// by more than one message.
+func (s *suite) testMaxInFlightBytes(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	const bound, size = 1 << 20, 100 << 10
+	col := newCollector()
+	var kp atomic.Pointer[omnibus.Consumer]
+	var peak atomic.Int64
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		if k := kp.Load(); k != nil {
+			n := int64(k.Stats().InFlight)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+		col.add(m)
+		return nil
+	}
+	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.MaxInFlightBytes(bound))...)
+	kp.Store(k)
+	stop := run(t, k)
+	col.await(t, publishN(t, pub, topic, 1, 1, 10))
+	col.await(t, publishN(t, pub, topic, 200, 20, size))
+	stop()
+	if most := int64(bound/size + 1); peak.Load() > most {
+		t.Errorf("%d messages of %d KiB in flight at once (%d KiB) with MaxInFlightBytes %d KiB; want at most %d (the bound and one message)",
+			peak.Load(), size>>10, peak.Load()*size>>10, bound>>10, most)
+	}
+	col.check(t, orderOf(pub), false)
+}
+
+// --- failures reported ---
+
+// testShutdownReportsFailedCommit makes the server refuse commits before
+// Shutdown: Shutdown says so, and the group gets the messages again.
+func (s *suite) testShutdownReportsFailedCommit(t *testing.T) {
+	if s.h.FailCommits == nil {
+		t.Skip("SKIP (harness FailCommits): the harness cannot make commits fail; the engine's own tests cover the report")
+	}
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	col := newCollector()
+	k := s.subscribe(t, sub, topic, col.handler, append(earliest(sub), omnibus.Group("commit"))...)
+	done := start(context.Background(), k)
+	col.await(t, publishN(t, pub, topic, 10, 4, 8))
+	awaitNoLag(t, k)
+	restore := s.h.FailCommits(t)
+	t.Cleanup(restore)
+	ids := publishN(t, pub, topic, 20, 4, 8)
+	col.await(t, ids)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	if !within(t, 15*time.Second, "Shutdown", func() { err = k.Shutdown(ctx) }) {
+		return
+	}
+	if err == nil {
+		t.Errorf("Shutdown returned nil though the server refused its commits")
+	} else {
+		t.Logf("Shutdown: %v", err)
+	}
+	awaitRun(t, done, hang)
+	restore()
+	// Not committed, so not lost: the group reads them again.
+	again := newCollector()
+	run(t, s.subscribe(t, s.open(t), topic, again.handler, append(earliest(sub), omnibus.Group("commit"))...))
+	again.awaitWithin(t, 30*time.Second, ids)
+}
