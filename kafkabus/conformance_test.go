@@ -5,9 +5,12 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/transporttest"
@@ -28,8 +31,9 @@ func TestConformance(t *testing.T) {
 			}
 			return cl
 		},
-		Lanes:   4,
-		Restart: func(ctx context.Context, t testing.TB) { rc.restart(t) },
+		Lanes:       4,
+		Restart:     func(ctx context.Context, t testing.TB) { rc.restart(t) },
+		FailCommits: func(t testing.TB) func() { return rc.failCommits() },
 	})
 }
 
@@ -77,6 +81,34 @@ func (rc *restartableCluster) current() *kfake.Cluster {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.c
+}
+
+// failCommits makes the cluster refuse every offset commit, each
+// partition with an error, until the returned function is called.
+func (rc *restartableCluster) failCommits() (restore func()) {
+	var off atomic.Bool
+	c := rc.current()
+	c.ControlKey(kmsg.OffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if off.Load() {
+			c.DropControl()
+			return nil, nil, false
+		}
+		c.KeepControl()
+		commit := req.(*kmsg.OffsetCommitRequest)
+		resp := commit.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range commit.Topics {
+			topic := kmsg.NewOffsetCommitResponseTopic()
+			topic.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewOffsetCommitResponseTopicPartition()
+				p.Partition, p.ErrorCode = rp.Partition, kerr.OffsetMetadataTooLarge.Code
+				topic.Partitions = append(topic.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, topic)
+		}
+		return resp, nil, true
+	})
+	return func() { off.Store(true) }
 }
 
 func (rc *restartableCluster) restart(t testing.TB) {
