@@ -20,7 +20,8 @@ func TestConformance(t *testing.T) {
 	// The broker and the client both allow 2 MiB, so the suite's 1 MiB
 	// body runs; Kafka's default (1048588) would skip it. The cluster
 	// keeps its data on disk, so Restart brings back topics and offsets on
-	// the same ports.
+	// the same ports. Kafka has no ack deadline (AckDeadline), and a
+	// group's state is nothing but its committed offsets (DeleteGroup).
 	rc := newRestartableCluster(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2097152"}))
 	url := clusterURL(rc.current(), "max_message_bytes=2097152&fetch_max_partition_bytes=2097152")
 	transporttest.Run(t, transporttest.Harness{
