@@ -11,8 +11,26 @@
 // topic named after the test. The suite reads the transport's declared
 // capabilities: a guarantee the transport does not claim is skipped with a
 // message that names the missing capability, and one it claims is
-// asserted. Nothing is skipped silently.
+// asserted. Tests that need more from the harness than Open (restarting
+// the server, deleting a group's state, refusing commits, an ack
+// deadline) are skipped, naming the missing field, when the harness
+// leaves it unset. Nothing is skipped silently.
 //
 // Delivery tests count unique message IDs: none may be lost, and
-// duplicates are allowed only where the guarantee allows them.
+// duplicates are allowed only where the test injects a fault (a server
+// restart, a deleted group, a handler slower than the ack deadline);
+// elsewhere, graceful hand-overs included, a message handled twice fails
+// the test. On ordered transports, key order means: no message of a key
+// is handled after a newer message of that key was settled (its handler
+// returned nil), redeliveries included; the same message again right
+// after it was settled is a duplicate, not a break of order.
+//
+// Hostile tests drive what users get wrong and servers do behind a
+// consumer's back: handlers slower than the ack deadline, a group's
+// server-side state deleted, dead-letter topics that refuse a message,
+// observers and handlers that call the consumer back, handlers that
+// ignore their context, a key that keeps failing, a lane revoked while
+// others stay. A call that must not block runs with a bound; one that
+// hangs fails the test with the stacks of the goroutines the test
+// started, and the suite goes on.
 package transporttest
