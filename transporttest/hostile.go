@@ -415,8 +415,7 @@ func (s *suite) testObserverCallsBack(t *testing.T) {
 func (s *suite) observerStops(t *testing.T, stop func(*omnibus.Consumer) error) {
 	markGoroutines(t)
 	leaks := leakCheck(t)
-	c := s.h.Open(ctxT(t), t)
-	t.Cleanup(func() { within(t, cleanupWait, "Client.Close", func() { _ = c.Close() }) })
+	c := s.open(t)
 	topic := s.topic(t, c)
 	var kp atomic.Pointer[omnibus.Consumer]
 	var called atomic.Bool
@@ -439,17 +438,23 @@ func (s *suite) observerStops(t *testing.T, stop func(*omnibus.Consumer) error) 
 	case <-time.After(hang):
 		t.Fatalf("called from the observer, it did not return within %v; goroutines:\n%s", hang, stacks(t))
 	}
-	// Whatever it answered, the consumer can still be stopped from outside.
+	closeAll(t, k, done, c, leaks)
+}
+
+// closeAll closes k from outside, whatever a call from inside it
+// answered, waits for its Run (done) to return, closes c and checks that
+// no goroutine is left, each step bounded.
+func closeAll(t *testing.T, k *omnibus.Consumer, done <-chan error, c *omnibus.Client, leaks func()) {
+	t.Helper()
 	if !within(t, hang, "Consumer.Close", func() { _ = k.Close() }) {
 		return
 	}
 	if _, ok := awaitRun(t, done, hang); !ok {
 		return
 	}
-	if !within(t, hang, "Client.Close", func() { _ = c.Close() }) {
-		return
+	if within(t, hang, "Client.Close", func() { _ = c.Close() }) {
+		leaks()
 	}
-	leaks()
 }
 
 // --- handlers that ignore their context ---
@@ -740,8 +745,7 @@ func (s *suite) testHandlerCallsBack(t *testing.T) {
 func (s *suite) handlerCalls(t *testing.T, members int, call func(*omnibus.Consumer) error) {
 	markGoroutines(t)
 	leaks := leakCheck(t)
-	c := s.h.Open(ctxT(t), t)
-	t.Cleanup(func() { within(t, cleanupWait, "Client.Close", func() { _ = c.Close() }) })
+	c := s.open(t)
 	topic := s.topic(t, c)
 	var kp atomic.Pointer[omnibus.Consumer]
 	var claimed atomic.Bool // with one member: the handler that calls
@@ -809,17 +813,7 @@ func (s *suite) handlerCalls(t *testing.T, members int, call func(*omnibus.Consu
 	mu.Lock()
 	t.Logf("called from inside handlers: %v", results)
 	mu.Unlock()
-	// Whatever it answered, the consumer can still be stopped from outside.
-	if !within(t, hang, "Consumer.Close", func() { _ = k.Close() }) {
-		return
-	}
-	if _, ok := awaitRun(t, done, hang); !ok {
-		return
-	}
-	if !within(t, hang, "Client.Close", func() { _ = c.Close() }) {
-		return
-	}
-	leaks()
+	closeAll(t, k, done, c, leaks)
 }
 
 // --- bounds ---

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/omnibus-go/omnibus"
 )
 
@@ -697,9 +695,7 @@ func (s *suite) testCancel(t *testing.T) {
 }
 
 func (s *suite) testClose(t *testing.T) {
-	// Goroutines of the transport's client libraries that outlive Close
-	// by design are not ours; anything started by this test is.
-	opts := []goleak.Option{goleak.IgnoreCurrent()}
+	leaks := leakCheck(t)
 	func() {
 		c := s.h.Open(ctxT(t), t)
 		topic := s.topic(t, c)
@@ -735,14 +731,7 @@ func (s *suite) testClose(t *testing.T) {
 			t.Errorf("Subscribe after Close: got %v, want ErrClosed", err)
 		}
 	}()
-	var err error
-	for range 50 { // goroutines may take a moment to unwind
-		if err = goleak.Find(opts...); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Errorf("goroutines leaked after Close: %v", err)
+	leaks()
 }
 
 func (s *suite) testReconnect(t *testing.T) {
