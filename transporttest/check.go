@@ -35,13 +35,12 @@ var seqs atomic.Int64
 // again, after it was settled and before anything newer of its key was,
 // is a duplicate: at least once allows it where the test says so.
 type collector struct {
-	mu    sync.Mutex
-	ids   map[string]int
-	msgs  map[string]*omnibus.Message
-	dups  int
-	key   orderLog
-	lane  orderLog
-	timed map[string]time.Time // when each ID was first settled
+	mu   sync.Mutex
+	ids  map[string]int
+	msgs map[string]*omnibus.Message
+	dups int
+	key  orderLog
+	lane orderLog
 }
 
 // orderLog is the newest sequence settled per key (or lane) and the
@@ -70,7 +69,7 @@ func (o *orderLog) add(kind, name string, seq int64, times int) {
 
 func newCollector() *collector {
 	return &collector{
-		ids: map[string]int{}, msgs: map[string]*omnibus.Message{}, timed: map[string]time.Time{},
+		ids: map[string]int{}, msgs: map[string]*omnibus.Message{},
 		key: orderLog{newest: map[string]int64{}}, lane: orderLog{newest: map[string]int64{}},
 	}
 }
@@ -83,8 +82,6 @@ func (c *collector) add(m *omnibus.Message) {
 	times := c.ids[m.ID]
 	if times > 1 {
 		c.dups++
-	} else {
-		c.timed[m.ID] = time.Now()
 	}
 	cp := *m
 	cp.Body = bytes.Clone(m.Body)
@@ -103,12 +100,6 @@ func (c *collector) unique() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.ids)
-}
-
-func (c *collector) duplicates() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.dups
 }
 
 func (c *collector) handler(ctx context.Context, m *omnibus.Message) error {

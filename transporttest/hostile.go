@@ -711,6 +711,7 @@ func (s *suite) testRevocationKeepsOtherLanes(t *testing.T) {
 			t.Errorf("lane %s stayed with its member, yet a message on it waited %v while other lanes drained", lane, worst[lane].Round(time.Millisecond))
 		}
 	}
+	probes.check(t, keyOrder, false) // the drains ended in time: nothing comes twice
 }
 
 // --- calls from inside a handler ---
