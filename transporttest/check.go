@@ -241,9 +241,10 @@ func within(t testing.TB, d time.Duration, what string, fn func()) bool {
 	}
 }
 
-// firstGoroutine holds, per test and subtest marked, the number of the
-// first goroutine started after it began (goroutine numbers only grow),
-// so that a test's stacks leave out what earlier tests left behind.
+// firstGoroutine holds, per test and subtest marked, the lowest number a
+// goroutine started after it began can have, so that a test's stacks
+// leave out most of what earlier tests left behind. Numbers grow, but
+// each P hands them out from a batch of its own (16 in Go's runtime).
 var firstGoroutine sync.Map // test name -> int64
 
 // markGoroutines records where t's goroutines start.
@@ -252,7 +253,7 @@ func markGoroutines(t *testing.T) {
 	for _, g := range goroutines() {
 		last = max(last, g.id)
 	}
-	firstGoroutine.Store(t.Name(), last+1)
+	firstGoroutine.Store(t.Name(), last+1-16*int64(runtime.GOMAXPROCS(0)))
 }
 
 type goroutine struct {
