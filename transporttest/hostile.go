@@ -711,7 +711,9 @@ func (s *suite) testRevocationKeepsOtherLanes(t *testing.T) {
 			t.Errorf("lane %s stayed with its member, yet a message on it waited %v while other lanes drained", lane, worst[lane].Round(time.Millisecond))
 		}
 	}
-	probes.check(t, keyOrder, false) // the drains ended in time: nothing comes twice
+	// Messages of the drained lanes waited the whole window: beyond an ack
+	// deadline, a transport may deliver them twice, never out of order.
+	probes.check(t, keyOrder, s.h.AckDeadline > 0 && s.h.AckDeadline < window)
 }
 
 // --- calls from inside a handler ---
