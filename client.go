@@ -308,22 +308,32 @@ func (c *Client) checkOpen(op, topic string) error {
 // Close closes every consumer of the client at once (see Consumer.Close),
 // then the connection. Close is idempotent; use Consumer.Shutdown first to
 // drain.
+//
+// Called from a handler or observer of one of its consumers, Close cannot
+// wait for its caller: it closes everything in the background and returns
+// nil at once.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil
 	}
-	c.closed = true
 	consumers := make([]*Consumer, 0, len(c.consumers))
 	for k := range c.consumers {
+		if k.own.inside() {
+			c.mu.Unlock()
+			go c.Close()
+			return nil
+		}
 		consumers = append(consumers, k)
 	}
+	c.closed = true
 	c.mu.Unlock()
+	errs := make([]error, 0, len(consumers)+1)
 	for _, k := range consumers {
-		k.Close()
+		errs = append(errs, k.Close())
 	}
-	return c.conn.Close()
+	return joinErrors(append(errs, c.conn.Close()))
 }
 
 func (c *Client) addConsumer(k *Consumer) error {

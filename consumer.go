@@ -46,6 +46,8 @@ type Consumer struct {
 	settledMu sync.Mutex
 	settled   map[string]*atomic.Int64 // per lane id, across members and claims
 
+	own owners // goroutines running the consumer's callbacks
+
 	mu       sync.Mutex
 	members  []*member
 	nextID   int
@@ -189,9 +191,10 @@ func (k *Consumer) addMember(ctx context.Context) (*member, error) {
 }
 
 // Run starts the consumer and blocks until ctx ends (then it drains as
-// Shutdown does, bounded by DrainTimeout, and returns nil), until Shutdown
-// or Close is called (nil), or until the transport fails in a way the
-// engine cannot recover from (that error).
+// Shutdown does, bounded by DrainTimeout, and returns what Shutdown
+// returns: nil when everything received was settled and committed), until
+// Shutdown or Close is called (nil), or until the transport fails in a way
+// the engine cannot recover from (that error).
 func (k *Consumer) Run(ctx context.Context) error {
 	k.mu.Lock()
 	if k.started {
@@ -212,10 +215,11 @@ func (k *Consumer) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.drainTimeout)
 		defer cancel()
-		if err := k.Shutdown(sctx); err != nil && !errors.Is(err, ErrClosed) {
-			k.logger.Warn("omnibus: drain after cancellation incomplete", "err", err)
+		err := k.Shutdown(sctx)
+		if errors.Is(err, ErrClosed) {
+			return nil // stopped meanwhile by Shutdown or Close
 		}
-		return nil
+		return err
 	case <-k.done:
 		k.mu.Lock()
 		defer k.mu.Unlock()
@@ -238,9 +242,19 @@ func (k *Consumer) fail(err error) {
 // (retries included), commits what is settled, leaves the group and
 // returns. When ctx ends first, running handlers see their context
 // cancelled, the rest is released to the transport (which delivers it
-// again), and Shutdown returns an *UnsettledError wrapping ctx's error.
-// Shutdown after Shutdown or Close returns ErrClosed.
+// again), and Shutdown returns an *UnsettledError wrapping ctx's error,
+// without waiting for a handler that ignores its context (its result is
+// discarded when it returns). A failed final commit or acknowledgement
+// is returned too (errors.As finds each). Shutdown after Shutdown or
+// Close returns ErrClosed.
+//
+// Shutdown called from the consumer's own handler or observer would wait
+// for its caller: it returns an error wrapping ErrInvalid instead (cancel
+// Run's context, or call Close, which is safe there).
 func (k *Consumer) Shutdown(ctx context.Context) error {
+	if k.own.inside() {
+		return k.reentered("shutdown")
+	}
 	members, ok := k.stop()
 	if !ok {
 		return fmt.Errorf("omnibus: shutdown %q: %w", k.topic, ErrClosed)
@@ -248,35 +262,64 @@ func (k *Consumer) Shutdown(ctx context.Context) error {
 	unsettled := 0
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	var errs []error
 	for _, m := range members {
 		wg.Go(func() {
-			n := m.shutdown(ctx)
+			n, err := m.shutdown(ctx)
 			mu.Lock()
 			unsettled += n
+			if err != nil {
+				errs = append(errs, err)
+			}
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	k.finish()
 	if unsettled > 0 {
-		return &UnsettledError{Topic: k.topic, Count: unsettled, Err: ctx.Err()}
+		errs = append([]error{&UnsettledError{Topic: k.topic, Count: unsettled, Err: ctx.Err()}}, errs...)
 	}
-	return nil
+	return joinErrors(errs)
 }
 
 // Close stops the consumer at once: handlers see their context
 // cancelled, nothing more is committed or acknowledged, and unsettled
-// messages are delivered again by the transport later. Close waits for the handlers to
-// return, so no goroutine outlives it. Close is idempotent.
+// messages are delivered again by the transport later. Close waits for the
+// handlers to return, so no goroutine outlives it, and returns the error
+// of leaving the group, if any. Close is idempotent.
+//
+// Called from the consumer's own handler or observer, Close cannot wait
+// for its caller: it stops the consumer in the background and returns nil
+// at once; the rest ends when the handler returns.
 func (k *Consumer) Close() error {
+	if k.own.inside() {
+		go k.Close()
+		return nil
+	}
 	members, _ := k.stop()
 	var wg sync.WaitGroup
-	for _, m := range members {
-		wg.Go(m.close)
+	errs := make([]error, len(members))
+	for i, m := range members {
+		wg.Go(func() { errs[i] = m.close() })
 	}
 	wg.Wait()
 	k.finish()
-	return nil
+	return joinErrors(errs)
+}
+
+// reentered is the error of a call that would wait for its own caller.
+func (k *Consumer) reentered(op string) error {
+	return fmt.Errorf("omnibus: %s %q: called from the consumer's own handler or observer, it would wait for itself "+
+		"(cancel Run's context or call Close instead): %w", op, k.topic, ErrInvalid)
+}
+
+// joinErrors is errors.Join that returns a single error as itself.
+func joinErrors(errs []error) error {
+	errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil })
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }
 
 func (k *Consumer) stop() ([]*member, bool) {
@@ -310,10 +353,15 @@ func (k *Consumer) Members() int {
 
 // Scale sets the number of group members to n (at least 1): it joins new
 // members, or shuts down the newest ones gracefully (their lanes are
-// drained and committed before they move), bounded by ctx.
+// drained and committed before they move), bounded by ctx as Shutdown is.
+// Called from the consumer's own handler or observer it returns an error
+// wrapping ErrInvalid: it could wait for its caller.
 func (k *Consumer) Scale(ctx context.Context, n int) error {
 	if err := positive("consumers", n); err != nil {
 		return err
+	}
+	if k.own.inside() {
+		return k.reentered("scale")
 	}
 	for {
 		k.mu.Lock()
@@ -334,8 +382,12 @@ func (k *Consumer) Scale(ctx context.Context, n int) error {
 				return err
 			}
 		case victim != nil:
-			if left := victim.shutdown(ctx); left > 0 {
-				return &UnsettledError{Topic: k.topic, Count: left, Err: ctx.Err()}
+			left, err := victim.shutdown(ctx)
+			if left > 0 {
+				return joinErrors([]error{&UnsettledError{Topic: k.topic, Count: left, Err: ctx.Err()}, err})
+			}
+			if err != nil {
+				return err
 			}
 		default:
 			return nil

@@ -22,6 +22,9 @@ var (
 	ErrTooLarge = driver.ErrTooLarge
 	// ErrInvalid: a malformed URL, an unknown parameter, a bad option.
 	ErrInvalid = driver.ErrInvalid
+	// ErrRetryable: the server cannot have acted on the request, so trying
+	// it again is safe.
+	ErrRetryable = driver.ErrRetryable
 	// ErrUnknownScheme: no driver is registered for the URL's scheme.
 	ErrUnknownScheme = errors.New("unknown scheme")
 	// ErrPermanent marks a handler error that retrying cannot fix; the

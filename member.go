@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,7 +68,8 @@ type member struct {
 	started   bool
 	draining  bool // shutdown: flush batches at once
 	lanes     map[string]*lane
-	inflight  int
+	inflight  int // entries received and not yet released
+	waiting   int // of those, entries in slots parked until a retry: not counted against MaxInFlight
 	bytes     int
 	pending   int // entries held for the watermark (settled or not)
 	avgSize   int // moving average of the size of received messages
@@ -75,7 +77,6 @@ type member struct {
 	drained   chan struct{}     // closed when inflight reaches 0 while draining
 	epoch     uint64            // counts revocations
 	revokedAt map[string]uint64 // lane -> epoch of its last revocation
-	revokes   int               // Revoked or Lost calls in progress
 	receiving chan struct{}     // non-nil while a Receive is outstanding; closed after its dispatch
 	fetchIdle bool              // the fetch loop waits for room
 	full      bool              // the last Receive returned nothing with messages in flight
@@ -84,8 +85,10 @@ type member struct {
 	cond      sync.Cond // idle workers wait on it
 	idle      int       // idle workers not yet woken
 	waking    int       // workers woken or started that have not taken a slot yet
+	workers   int       // live workers, at most MaxInFlight
 	stopped   bool      // close: workers end
-	closeOnce sync.Once
+	stopOnce  sync.Once
+	stopErr   error // leaving the group failed; set once by stop
 }
 
 type lane struct {
@@ -112,6 +115,7 @@ type slot struct {
 	queue   []*entry
 	running int         // entries at the head of queue being handled
 	active  bool        // queued, run by a worker, or waiting for a retry
+	parked  bool        // waiting for timer: its entries count in member.waiting
 	timer   *time.Timer // pending retry
 	wake    chan struct{}
 	one     [1]*entry // a loose slot's entry, taken for its worker by dispatch
@@ -125,6 +129,8 @@ type entry struct {
 	attempts  int // attempts made by this engine
 	base      int // attempts the transport made before this delivery
 	settled   bool
+	dead      bool // to be dead-lettered: handling is over, publishing it is not
+	deadTries int  // dead-letter publishes that failed
 	next      *entry
 	arrived   time.Time
 	firstFail time.Time
@@ -194,18 +200,35 @@ func (m *member) emit(e Event) {
 
 // --- fetching and dispatch ---
 
+// holdFactor bounds the entries a member holds, settled or not, at
+// holdFactor x MaxInFlight: entries parked behind a retry and entries kept
+// only for a lane's watermark do not count against MaxInFlight, so that
+// one failing key does not stop the others, but they cannot grow without
+// bound either.
+const holdFactor = 16
+
 // room is what the fetch loop may ask Receive for now: the bounds on
-// messages and bytes in flight less what is held. Once messages are in
-// flight it waits until a quarter of the bound is free (judged at the
-// average size received so far), so that Receive returns batches rather
-// than one message per settlement.
+// messages and bytes in flight less what is held. Entries parked until a
+// retry count against the bytes and the hold bound, not against
+// MaxInFlight. Once messages are active it waits until a quarter of the
+// bound is free (judged at the average size received so far), so that
+// Receive returns batches rather than one message per settlement.
 func (m *member) room() driver.Room {
 	cfg := &m.k.cfg
-	if m.revokes > 0 || m.full || m.bytes >= cfg.maxBytes || m.pending >= 16*cfg.maxInFlight {
+	hold := holdFactor * cfg.maxInFlight
+	if m.full || m.bytes >= cfg.maxBytes || m.inflight >= hold || m.pending >= hold {
 		return driver.Room{}
 	}
-	r := driver.Room{Count: cfg.maxInFlight - m.inflight, Bytes: cfg.maxBytes - m.bytes, Oversize: m.inflight == 0}
-	if m.inflight > 0 && m.avgSize > 0 {
+	active := m.inflight - m.waiting
+	r := driver.Room{
+		Count:    min(cfg.maxInFlight-active, hold-m.inflight, hold-m.pending),
+		Bytes:    cfg.maxBytes - m.bytes,
+		Oversize: m.inflight == 0,
+	}
+	if r.Count <= 0 {
+		return driver.Room{}
+	}
+	if active > 0 && m.avgSize > 0 {
 		limit := max(1, min(cfg.maxInFlight, cfg.maxBytes/m.avgSize))
 		if min(r.Count, r.Bytes/m.avgSize) < max(1, limit/4) {
 			return driver.Room{}
@@ -308,8 +331,8 @@ func (m *member) laneLocked(id string) *lane {
 
 func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	l := m.laneLocked(d.Lane)
-	if l.gone {
-		return // the lane went away; its next owner reads it again
+	if l.gone || l.revoking {
+		return // the lane is going away; its next owner reads it again
 	}
 	// An unordered message without batching gets a slot of its own,
 	// allocated with its entry, already holding it: its worker starts
@@ -361,10 +384,13 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 		s = l.slotLocked("")
 		s.queue = append(s.queue, e)
 	}
-	if !s.active {
+	switch {
+	case !s.active:
 		s.active = true
 		m.startLocked(s)
-	} else if s.wake != nil {
+	case s.parked:
+		m.waiting++
+	case s.wake != nil:
 		signal(s.wake)
 	}
 }
@@ -392,7 +418,8 @@ func (l *lane) dropSlotLocked(s *slot) {
 //
 // Workers start on demand and outlive their slots: a worker that takes a
 // slot and leaves more queued wakes (or starts) one more, so the pool grows
-// with the backlog, and a steady flow costs no goroutine (nor a hand-off)
+// with the backlog, up to MaxInFlight workers (the bound on handlers
+// running at once), and a steady flow costs no goroutine (nor a hand-off)
 // per message. An idle worker waits while fewer than maxIdle others do,
 // and ends otherwise.
 func (m *member) startLocked(s *slot) {
@@ -402,23 +429,32 @@ func (m *member) startLocked(s *slot) {
 	}
 }
 
-// wakeLocked wakes an idle worker, or starts one.
+// wakeLocked wakes an idle worker, or starts one unless MaxInFlight are
+// running: then one of them takes the queue's next slot when it is done.
 func (m *member) wakeLocked() {
-	m.waking++
 	if m.idle > 0 {
+		m.waking++
 		m.idle--
 		m.cond.Signal()
 		return
 	}
+	if m.workers >= m.k.cfg.maxInFlight {
+		return
+	}
+	m.waking++
+	m.workers++
 	m.wg.Add(1)
 	go m.worker()
 }
 
 func (m *member) worker() {
 	defer m.wg.Done()
+	id := m.k.own.enter()
+	defer m.k.own.leave(id)
 	maxIdle := max(4, runtime.GOMAXPROCS(0))
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer func() { m.workers-- }()
 	m.waking--
 	for !m.stopped {
 		if m.runqHead == len(m.runq) {
@@ -465,7 +501,10 @@ func (m *member) run(s *slot) {
 		if batch == nil {
 			return
 		}
-		latency := m.invoke(s.lane.ctx, batch)
+		var latency time.Duration
+		if !batch[0].dead { // a dead letter waiting to land is only published
+			latency = m.invoke(s.lane.ctx, batch)
+		}
 		if !m.settle(s, batch, latency) {
 			return
 		}
@@ -473,7 +512,8 @@ func (m *member) run(s *slot) {
 }
 
 // take returns the next batch of s to handle, or a time to wait for more
-// messages, or nil when the slot is done (it then releases s).
+// messages, or nil when the slot is done (it then releases s). A dead
+// letter waiting to land makes a batch of its own.
 func (m *member) take(s *slot) ([]*entry, time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -484,10 +524,10 @@ func (m *member) take(s *slot) ([]*entry, time.Duration) {
 		return nil, 0
 	}
 	n := 1
-	if m.k.batch != nil {
+	if m.k.batch != nil && !s.queue[0].dead {
 		cfg := &m.k.cfg
 		bytes := s.queue[0].size
-		for n < len(s.queue) && n < cfg.batchCount && bytes+s.queue[n].size <= cfg.batchBytes {
+		for n < len(s.queue) && n < cfg.batchCount && !s.queue[n].dead && bytes+s.queue[n].size <= cfg.batchBytes {
 			bytes += s.queue[n].size
 			n++
 		}
@@ -563,31 +603,42 @@ func (m *member) invoke(ctx context.Context, batch []*entry) (latency time.Durat
 
 // settle applies the outcomes of a handled batch. It returns false when
 // the worker must leave s (a retry timer or nothing owns the slot now).
+//
+// Events are collected and emitted once m.mu is released: an observer may
+// call back into the consumer.
 func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
 	cfg := &m.k.cfg
+	l := s.lane
 	var failed, dead []*entry
 	for _, e := range batch {
-		if e.err == nil {
-			m.emit(Event{Kind: EventProcessed, Lane: e.d.Lane, Message: &e.msg, Latency: latency})
-			continue
-		}
-		now := time.Now()
-		if e.firstFail.IsZero() {
-			e.firstFail = now
-		}
-		e.lastFail = now
-		m.emit(Event{Kind: EventFailed, Lane: e.d.Lane, Message: &e.msg, Err: e.err, Latency: latency})
-		if IsPermanent(e.err) || e.base+e.attempts >= cfg.maxAttempts {
+		switch {
+		case e.dead:
 			dead = append(dead, e)
-		} else {
-			failed = append(failed, e)
+		case e.err == nil:
+			m.emit(Event{Kind: EventProcessed, Lane: e.d.Lane, Message: &e.msg, Latency: latency})
+		default:
+			now := time.Now()
+			if e.firstFail.IsZero() {
+				e.firstFail = now
+			}
+			e.lastFail = now
+			m.emit(Event{Kind: EventFailed, Lane: e.d.Lane, Message: &e.msg, Err: e.err, Latency: latency})
+			if IsPermanent(e.err) || e.base+e.attempts >= cfg.maxAttempts {
+				e.dead = true
+				dead = append(dead, e)
+			} else {
+				failed = append(failed, e)
+			}
 		}
 	}
 	// Dead letters are published before they are settled: a message is
-	// never settled without landing somewhere.
+	// never settled without landing somewhere. One that did not land
+	// stays at the head of its slot and is published again after a
+	// backoff; the slot's other messages wait behind it, other slots run.
+	var parked []*entry
 	for _, e := range dead {
-		if err := m.deadLetter(e); err != nil {
-			failed = append(failed, e) // closing: release it unsettled
+		if err := m.deadLetter(l.ctx, e); err != nil {
+			parked = append(parked, e)
 		}
 	}
 	var nacked []*entry
@@ -598,13 +649,12 @@ func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
 		}
 	}
 
+	var retried []Event
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	l := s.lane
-	keep := failed[:0:0]
+	var keep []*entry
 	for _, e := range batch {
 		switch {
-		case contains(failed, e):
+		case contains(failed, e) || contains(parked, e):
 			keep = append(keep, e)
 		case contains(nacked, e):
 			m.forgetLocked(e)
@@ -613,42 +663,75 @@ func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
 		}
 	}
 	// The handled batch leaves the queue; entries to retry go back to its
-	// head in their order.
-	rest := s.queue[len(batch):]
-	s.queue = append(keep, rest...)
+	// head in their order, in place.
+	n, k := len(batch), len(keep)
+	clear(s.queue[:n-k])
+	copy(s.queue[n-k:n], keep)
+	s.queue = s.queue[n-k:]
 	s.running = 0
-	if len(keep) == 0 {
-		if s.loose { // its one message is done: no need to look again
-			s.active = false
-			l.dropSlotLocked(s)
-			return false
-		}
+	switch {
+	case k == 0 && s.loose: // its one message is done: no need to look again
+		s.active = false
+		l.dropSlotLocked(s)
+		m.mu.Unlock()
+		return false
+	case k == 0:
+		m.mu.Unlock()
 		return true
-	}
-	if l.gone || m.ctx.Err() != nil {
+	case l.gone || m.ctx.Err() != nil:
 		// Not retried here: release the slot's work to the transport.
 		for _, e := range s.queue {
 			m.forgetLocked(e)
 		}
 		s.queue = nil
+		m.mu.Unlock()
 		return true
 	}
-	delay := cfg.backoff(keep[0].attempts, rand.Float64)
+	var delay time.Duration
+	if keep[0].dead {
+		delay = cfg.backoff(keep[0].deadTries, rand.Float64)
+	} else {
+		delay = cfg.backoff(keep[0].attempts, rand.Float64)
+	}
 	for _, e := range keep {
-		m.emit(Event{Kind: EventRetried, Lane: e.d.Lane, Message: &e.msg, Delay: delay})
+		if !e.dead {
+			retried = append(retried, Event{Kind: EventRetried, Lane: e.d.Lane, Message: &e.msg, Delay: delay})
+		}
 	}
 	if s.loose {
 		l.loose[s] = struct{}{} // for a revocation to find it
 	}
+	m.parkLocked(s, delay)
+	m.mu.Unlock()
+	for _, e := range retried {
+		m.emit(e)
+	}
+	return false
+}
+
+// parkLocked queues s again after delay. Meanwhile its entries count as
+// waiting, not against MaxInFlight, so the fetch loop goes on for the
+// other slots.
+func (m *member) parkLocked(s *slot, delay time.Duration) {
+	s.parked = true
+	m.waiting += len(s.queue)
+	m.wakeFetchLocked()
 	m.wg.Add(1)
 	s.timer = time.AfterFunc(delay, func() {
 		defer m.wg.Done()
 		m.mu.Lock()
 		s.timer = nil
+		m.unparkLocked(s)
 		m.startLocked(s)
 		m.mu.Unlock()
 	})
-	return false
+}
+
+func (m *member) unparkLocked(s *slot) {
+	if s.parked {
+		s.parked = false
+		m.waiting -= len(s.queue)
+	}
 }
 
 func contains(es []*entry, e *entry) bool {
@@ -677,9 +760,38 @@ func (m *member) nack(failed []*entry) []*entry {
 	return failed
 }
 
-// deadLetter publishes e to the dead-letter topic, retrying until it lands
-// or the member closes.
-func (m *member) deadLetter(e *entry) error {
+// deadLetter publishes e to the dead-letter topic, once, under the lane's
+// context: a lane that moved to another member stops dead-lettering here.
+// A failure is logged with what it means; the caller parks e and tries
+// again after a backoff. A dead letter the topic refuses for good
+// (too large even with its reason trimmed, an invalid or missing topic, no
+// permission) is tried again all the same, at most every BackoffMax: the
+// refusal may be fixed (a topic created, a permission granted), and
+// settling the message without it landing would lose it.
+func (m *member) deadLetter(ctx context.Context, e *entry) error {
+	cfg := &m.k.cfg
+	dm := m.deadMessage(e)
+	err := m.k.client.publish(ctx, cfg.deadLetter, []*driver.Message{dm}, driver.PublishOptions{Durability: DurabilityAll, DeadLetter: true})
+	if err == nil {
+		m.emit(Event{Kind: EventDeadLettered, Lane: e.d.Lane, Message: &e.msg, Err: e.err})
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err // the lane is going: its next owner handles the message
+	}
+	e.deadTries++
+	refused := !errors.Is(err, ErrRetryable) && (errors.Is(err, ErrTooLarge) || errors.Is(err, ErrInvalid) ||
+		errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnsupported))
+	m.k.logger.Error("omnibus: dead letter not published; it holds its key and is tried again",
+		"dlq", cfg.deadLetter, "id", e.msg.ID, "lane", e.d.Lane, "tries", e.deadTries, "refused", refused, "err", err)
+	m.emit(Event{Kind: EventDeadLetterFailed, Lane: e.d.Lane, Message: &e.msg, Err: err})
+	return err
+}
+
+// deadMessage is e as a dead letter: the message with headers saying why.
+// When the transport has a size limit and the reason pushes the message
+// over it, the reason is cut to fit.
+func (m *member) deadMessage(e *entry) *driver.Message {
 	cfg := &m.k.cfg
 	h := make(map[string]string, len(e.msg.Headers)+8)
 	for k, v := range e.msg.Headers {
@@ -694,20 +806,13 @@ func (m *member) deadLetter(e *entry) error {
 	h[HeaderDeadFirstFailure] = e.firstFail.UTC().Format(time.RFC3339Nano)
 	h[HeaderDeadLastFailure] = e.lastFail.UTC().Format(time.RFC3339Nano)
 	dm := &driver.Message{ID: e.msg.ID, Key: e.msg.Key, Type: e.msg.Type, Source: e.msg.Source, Time: e.msg.Time, Headers: h, Body: e.msg.Body}
-	for try := 1; ; try++ {
-		err := m.k.client.publish(m.ctx, cfg.deadLetter, []*driver.Message{dm}, driver.PublishOptions{Durability: DurabilityAll, DeadLetter: true})
-		if err == nil {
-			m.emit(Event{Kind: EventDeadLettered, Lane: e.d.Lane, Message: &e.msg, Err: e.err})
-			return nil
-		}
-		delay := cfg.backoff(try, rand.Float64)
-		m.k.logger.Error("omnibus: dead-letter publish failed, retrying", "dlq", cfg.deadLetter, "id", e.msg.ID, "err", err, "delay", delay)
-		select {
-		case <-time.After(delay):
-		case <-m.ctx.Done():
-			return m.ctx.Err()
+	if limit := m.k.client.caps.MaxMessageBytes; limit > 0 {
+		if over := dm.Size() - limit; over > 0 {
+			reason := h[HeaderDeadReason]
+			h[HeaderDeadReason] = strings.ToValidUTF8(reason[:max(0, len(reason)-over)], "")
 		}
 	}
+	return dm
 }
 
 // --- settlement ---
@@ -780,10 +885,12 @@ func (m *member) ackLocked(e *entry) {
 // transport's prefetch window, commits only bound redelivery after a crash.
 func (m *member) settleLoop() {
 	defer close(m.settleDone)
+	id := m.k.own.enter() // it runs observers
+	defer m.k.own.leave(id)
 	for {
 		select {
 		case <-m.settleCh:
-			m.flush(m.ctx, nil)
+			_ = m.flush(m.ctx, nil)
 		case <-m.settleStop:
 			return
 		}
@@ -801,9 +908,19 @@ func (m *member) settleLoop() {
 }
 
 // flush sends pending acknowledgements and commits the watermark of the
-// given lanes (all lanes when nil). Lanes already gone are never
-// committed: commitMu keeps a revocation from overtaking a flush.
-func (m *member) flush(ctx context.Context, only []*lane) {
+// given lanes (all lanes when nil); it returns the commit's error. Lanes
+// already gone are never committed: commitMu keeps a revocation from
+// overtaking a flush. Failures are logged; a failed commit is tried again
+// with the next flush. Events are emitted after commitMu is released.
+func (m *member) flush(ctx context.Context, only []*lane) error {
+	events, err := m.flushLocked(ctx, only)
+	for _, e := range events {
+		m.emit(e)
+	}
+	return err
+}
+
+func (m *member) flushLocked(ctx context.Context, only []*lane) ([]Event, error) {
 	m.commitMu.Lock()
 	defer m.commitMu.Unlock()
 	m.mu.Lock()
@@ -831,16 +948,20 @@ func (m *member) flush(ctx context.Context, only []*lane) {
 
 	ctx, cancel := context.WithTimeout(ctx, m.k.cfg.commitTimeout)
 	defer cancel()
+	var events []Event
+	var errs []error
 	if len(acks) > 0 {
 		if err := m.acker.Ack(ctx, acks); err != nil {
 			m.k.logger.Warn("omnibus: ack failed; the transport will redeliver", "member", m.id, "count", len(acks), "err", err)
+			errs = append(errs, fmt.Errorf("omnibus: ack %d message(s) of %q: %w", len(acks), m.k.topic, err))
 		} else {
-			m.emit(Event{Kind: EventCommitted, Count: len(acks)})
+			events = append(events, Event{Kind: EventCommitted, Count: len(acks)})
 		}
 	}
 	if len(marks) > 0 {
 		if err := m.committer.Commit(ctx, marks); err != nil {
 			m.k.logger.Warn("omnibus: commit failed; will retry with the next", "member", m.id, "lanes", lanes, "err", err)
+			errs = append(errs, fmt.Errorf("omnibus: commit %q lanes %v: %w", m.k.topic, lanes, err))
 			m.mu.Lock()
 			for i, d := range marks {
 				if l := m.lanes[lanes[i]]; l != nil && l.mark == nil && !l.gone {
@@ -849,15 +970,18 @@ func (m *member) flush(ctx context.Context, only []*lane) {
 			}
 			m.mu.Unlock()
 		} else {
-			m.emit(Event{Kind: EventCommitted, Lanes: lanes, Count: len(marks)})
+			events = append(events, Event{Kind: EventCommitted, Lanes: lanes, Count: len(marks)})
 		}
 	}
+	return events, errors.Join(errs...)
 }
 
 // --- lanes (driver.Lanes) ---
 
 // Claimed implements driver.Lanes.
 func (m *member) Claimed(ids []string) {
+	id := m.k.own.enter()
+	defer m.k.own.leave(id)
 	m.mu.Lock()
 	for _, id := range ids {
 		if l := m.lanes[id]; l != nil && (l.gone || l.revoking) {
@@ -871,22 +995,24 @@ func (m *member) Claimed(ids []string) {
 
 // Revoked implements driver.Lanes. It waits for a Receive in progress to
 // return and be dispatched (so nothing of the old claim arrives later),
-// stops fetching, lets the lanes' work finish within DrainTimeout (retries
-// included), commits what is settled, and lets the lanes go.
+// lets the lanes' work finish within DrainTimeout (retries included),
+// commits what is settled, and lets the lanes go. Meanwhile the fetch
+// loop goes on for the lanes that stay, and drops what arrives for these.
 func (m *member) Revoked(ctx context.Context, ids []string) {
+	own := m.k.own.enter()
+	defer m.k.own.leave(own)
 	// One bound for the whole drain: the wait for Receive and for the
 	// lanes' work share it.
 	drain, cancel := context.WithTimeout(ctx, m.k.cfg.drainTimeout)
 	defer cancel()
-	m.beginRevoke(drain)
-	defer m.endRevoke()
+	m.awaitReceive(drain)
 
 	m.mu.Lock()
 	var lanes []*lane
 	var idle []chan struct{}
 	for _, id := range ids {
 		l := m.lanes[id]
-		if l == nil || l.gone {
+		if l == nil || l.gone || l.revoking {
 			continue
 		}
 		m.revokeLocked(l)
@@ -905,7 +1031,7 @@ wait:
 			break wait
 		}
 	}
-	m.flush(ctx, lanes)
+	_ = m.flush(ctx, lanes)
 	m.mu.Lock()
 	for _, l := range lanes {
 		m.goneLocked(l)
@@ -914,12 +1040,14 @@ wait:
 	m.emit(Event{Kind: EventRevoked, Lanes: ids})
 }
 
-// Lost implements driver.Lanes: abandon the lanes without committing.
+// Lost implements driver.Lanes: abandon the lanes without committing. It
+// may come while a Revoked of other lanes drains.
 func (m *member) Lost(ids []string) {
+	own := m.k.own.enter()
+	defer m.k.own.leave(own)
 	wait, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	m.beginRevoke(wait)
-	defer m.endRevoke()
+	m.awaitReceive(wait)
 	m.mu.Lock()
 	for _, id := range ids {
 		if l := m.lanes[id]; l != nil {
@@ -931,12 +1059,11 @@ func (m *member) Lost(ids []string) {
 	m.emit(Event{Kind: EventLost, Lanes: ids})
 }
 
-// beginRevoke stops fetching and waits, at most until ctx ends, for an
-// outstanding Receive to return and its deliveries to be dispatched.
-// Drivers make Receive return promptly when they revoke.
-func (m *member) beginRevoke(ctx context.Context) {
+// awaitReceive waits, at most until ctx ends, for an outstanding Receive
+// to return and its deliveries to be dispatched. Drivers make Receive
+// return promptly when they revoke.
+func (m *member) awaitReceive(ctx context.Context) {
 	m.mu.Lock()
-	m.revokes++
 	received := m.receiving
 	m.mu.Unlock()
 	if received != nil {
@@ -947,15 +1074,8 @@ func (m *member) beginRevoke(ctx context.Context) {
 	}
 }
 
-func (m *member) endRevoke() {
-	m.mu.Lock()
-	m.revokes--
-	m.mu.Unlock()
-	signal(m.roomCh)
-}
-
-// revokeLocked marks l as going away: deliveries of it still to come from
-// a Receive that started earlier are dropped.
+// revokeLocked marks l as going away: deliveries of it still to come
+// (from a Receive that started earlier, or while it drains) are dropped.
 func (m *member) revokeLocked(l *lane) {
 	l.revoking = true
 	m.epoch++
@@ -970,19 +1090,25 @@ func (m *member) goneLocked(l *lane) {
 	m.pending -= l.held
 	l.held = 0
 	l.head, l.tail, l.mark = nil, nil, nil
+	if l.idle != nil { // a Revoked of l waits for it
+		close(l.idle)
+		l.idle = nil
+	}
 	if m.lanes[l.id] == l {
 		delete(m.lanes, l.id)
 	}
-	signal(m.roomCh)
+	m.wakeFetchLocked()
 }
 
 // dropQueuedLocked releases every entry of l that is not running: queued
 // behind a running one, waiting for a batch, or waiting for a retry.
 func (m *member) dropQueuedLocked(l *lane) {
 	drop := func(s *slot) {
+		m.unparkLocked(s)
 		for _, e := range s.queue[s.running:] {
 			m.forgetLocked(e)
 		}
+		clear(s.queue[s.running:])
 		s.queue = s.queue[:s.running]
 		if s.timer != nil && s.timer.Stop() {
 			s.timer = nil
@@ -1004,9 +1130,12 @@ func (m *member) dropQueuedLocked(l *lane) {
 
 // --- stopping ---
 
-// shutdown drains the member; it returns the number of messages left
-// unsettled when ctx ended first.
-func (m *member) shutdown(ctx context.Context) int {
+// shutdown drains the member: it stops fetching, waits until ctx ends for
+// what it holds to be settled, commits, and stops. It returns the number
+// of messages left unsettled when ctx ended first, and the final commit's
+// error. A handler that ignores its context does not hold it past ctx:
+// the member stops without waiting for it (see stop).
+func (m *member) shutdown(ctx context.Context) (int, error) {
 	m.stopFetching()
 	m.mu.Lock()
 	m.draining = true
@@ -1040,9 +1169,11 @@ func (m *member) shutdown(ctx context.Context) int {
 		fctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 	}
-	m.flush(fctx, nil)
-	m.close()
-	return left
+	err := m.flush(fctx, nil)
+	if left > 0 {
+		return left, errors.Join(err, m.stop())
+	}
+	return 0, errors.Join(err, m.close())
 }
 
 func (m *member) stopFetching() {
@@ -1057,8 +1188,18 @@ func (m *member) stopFetching() {
 }
 
 // close stops everything at once and waits for the member's goroutines.
-func (m *member) close() {
-	m.closeOnce.Do(func() {
+// It returns the error of leaving the group.
+func (m *member) close() error {
+	err := m.stop()
+	m.wg.Wait()
+	return err
+}
+
+// stop stops the member at once without waiting for its workers: a
+// handler still running finds its lane gone when it returns, and its
+// worker ends then. It returns the error of leaving the group.
+func (m *member) stop() error {
+	m.stopOnce.Do(func() {
 		m.stopFetching()
 		m.cancel()
 		m.mu.Lock()
@@ -1074,10 +1215,11 @@ func (m *member) close() {
 			close(m.settleStop)
 			<-m.settleDone
 		}
-		// Leaving the group may call Revoked; it finds the lanes drained.
+		// Leaving the group may call Revoked; it finds the lanes gone.
 		if err := m.sub.Close(); err != nil {
 			m.k.logger.Warn("omnibus: leaving the group failed", "member", m.id, "err", err)
+			m.stopErr = fmt.Errorf("omnibus: leave group %q of %q: %w", m.k.cfg.group, m.k.topic, err)
 		}
-		m.wg.Wait()
 	})
+	return m.stopErr
 }
