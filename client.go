@@ -309,10 +309,13 @@ func (c *Client) checkOpen(op, topic string) error {
 // then the connection. Close is idempotent; use Consumer.Shutdown first to
 // drain.
 //
-// Called from a handler or observer of one of its consumers, Close cannot
-// wait for its caller: it closes everything in the background and returns
-// nil at once.
+// Called from a handler or observer, Close cannot wait for its caller: it
+// closes everything in the background and returns nil at once.
 func (c *Client) Close() error {
+	if calledFromEngine() {
+		go c.Close()
+		return nil
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -320,11 +323,6 @@ func (c *Client) Close() error {
 	}
 	consumers := make([]*Consumer, 0, len(c.consumers))
 	for k := range c.consumers {
-		if k.own.inside() {
-			c.mu.Unlock()
-			go c.Close()
-			return nil
-		}
 		consumers = append(consumers, k)
 	}
 	c.closed = true

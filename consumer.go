@@ -45,8 +45,6 @@ type Consumer struct {
 	settledMu sync.Mutex
 	settled   map[string]*atomic.Int64 // per lane id, across members and claims
 
-	own owners // goroutines running the consumer's callbacks
-
 	mu       sync.Mutex
 	members  []*member
 	nextID   int
@@ -247,11 +245,11 @@ func (k *Consumer) fail(err error) {
 // is returned too (errors.As finds each). Shutdown after Shutdown or
 // Close returns ErrClosed.
 //
-// Shutdown called from the consumer's own handler or observer would wait
+// Shutdown called from a handler or observer (of any consumer) could wait
 // for its caller: it returns an error wrapping ErrInvalid instead (cancel
 // Run's context, or call Close, which is safe there).
 func (k *Consumer) Shutdown(ctx context.Context) error {
-	if k.own.inside() {
+	if calledFromEngine() {
 		return k.reentered("shutdown")
 	}
 	members, ok := k.stop()
@@ -287,11 +285,11 @@ func (k *Consumer) Shutdown(ctx context.Context) error {
 // handlers to return, so no goroutine outlives it, and returns the error
 // of leaving the group, if any. Close is idempotent.
 //
-// Called from the consumer's own handler or observer, Close cannot wait
+// Called from a handler or observer (of any consumer), Close cannot wait
 // for its caller: it stops the consumer in the background and returns nil
 // at once; the rest ends when the handler returns.
 func (k *Consumer) Close() error {
-	if k.own.inside() {
+	if calledFromEngine() {
 		go k.Close()
 		return nil
 	}
@@ -308,7 +306,7 @@ func (k *Consumer) Close() error {
 
 // reentered is the error of a call that would wait for its own caller.
 func (k *Consumer) reentered(op string) error {
-	return fmt.Errorf("omnibus: %s %q: called from the consumer's own handler or observer, it would wait for itself "+
+	return fmt.Errorf("omnibus: %s %q: called from a handler or observer, it could wait for itself "+
 		"(cancel Run's context or call Close instead): %w", op, k.topic, ErrInvalid)
 }
 
@@ -353,13 +351,13 @@ func (k *Consumer) Members() int {
 // Scale sets the number of group members to n (at least 1): it joins new
 // members, or shuts down the newest ones gracefully (their lanes are
 // drained and committed before they move), bounded by ctx as Shutdown is.
-// Called from the consumer's own handler or observer it returns an error
+// Called from a handler or observer (of any consumer) it returns an error
 // wrapping ErrInvalid: it could wait for its caller.
 func (k *Consumer) Scale(ctx context.Context, n int) error {
 	if err := positive("consumers", n); err != nil {
 		return err
 	}
-	if k.own.inside() {
+	if calledFromEngine() {
 		return k.reentered("scale")
 	}
 	for {

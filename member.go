@@ -9,7 +9,7 @@ package omnibus
 //	retry.go      handlers' outcomes: acks, retries, dead letters
 //	watermark.go  settlement: in-flight accounting, the watermark, the settle loop
 //	revoke.go     lane claims, revocations and losses (driver.Lanes)
-//	own.go        which goroutines are the consumer's own (re-entrant calls)
+//	own.go        calls from inside: Close, Shutdown, Scale from a callback
 //
 // Lock order: Consumer.mu before member.commitMu before member.mu. mu
 // guards the member's, lanes' and slots' fields; no driver call, handler

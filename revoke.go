@@ -13,8 +13,6 @@ import (
 
 // Claimed implements driver.Lanes.
 func (m *member) Claimed(ids []string) {
-	id := m.k.own.enter()
-	defer m.k.own.leave(id)
 	m.mu.Lock()
 	for _, id := range ids {
 		if l := m.lanes[id]; l != nil && (l.gone || l.revoking) {
@@ -32,8 +30,6 @@ func (m *member) Claimed(ids []string) {
 // commits what is settled, and lets the lanes go. Meanwhile the fetch
 // loop goes on for the lanes that stay, and drops what arrives for these.
 func (m *member) Revoked(ctx context.Context, ids []string) {
-	own := m.k.own.enter()
-	defer m.k.own.leave(own)
 	// One bound for the whole drain: the wait for Receive and for the
 	// lanes' work share it.
 	drain, cancel := context.WithTimeout(ctx, m.k.cfg.drainTimeout)
@@ -76,8 +72,6 @@ wait:
 // Lost implements driver.Lanes: abandon the lanes without committing. It
 // may come while a Revoked of other lanes drains.
 func (m *member) Lost(ids []string) {
-	own := m.k.own.enter()
-	defer m.k.own.leave(own)
 	wait, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	m.awaitReceive(wait)

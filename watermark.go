@@ -76,8 +76,6 @@ func (m *member) ackLocked(e *entry) {
 // transport's prefetch window, commits only bound redelivery after a crash.
 func (m *member) settleLoop() {
 	defer close(m.settleDone)
-	id := m.k.own.enter() // it runs observers
-	defer m.k.own.leave(id)
 	for {
 		select {
 		case <-m.settleCh:

@@ -50,8 +50,6 @@ func (m *member) wakeLocked() {
 
 func (m *member) worker() {
 	defer m.wg.Done()
-	id := m.k.own.enter()
-	defer m.k.own.leave(id)
 	maxIdle := max(4, runtime.GOMAXPROCS(0))
 	m.mu.Lock()
 	defer m.mu.Unlock()
