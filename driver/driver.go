@@ -10,7 +10,7 @@
 // # Delivery semantics
 //
 // A subscription is one member of a consumer group. The group's unit of
-// parallelism is a lane: a Kafka partition, a Kinesis shard, one of N
+// parallelism is a lane: a Kafka partition, one of N
 // partition queues on a broker, or the single unordered lane of a plain
 // queue. The driver tells the engine which lanes the member holds through
 // the [Lanes] callbacks given at subscribe time, and hands out deliveries in
@@ -19,11 +19,11 @@
 // Settlement comes in two forms, chosen by the optional interfaces a
 // Subscriber implements:
 //
-//   - [Acker]: per-message acknowledgement (RabbitMQ, JetStream, Redis). A
+//   - [Acker]: per-message acknowledgement (RabbitMQ, JetStream). A
 //     transport that can also ask for redelivery implements [Nacker].
-//   - [Committer]: a position per lane (Kafka offsets, Kinesis sequence
-//     numbers). The engine passes the highest delivery of a lane below which
-//     every delivery is settled, and the driver stores its position.
+//   - [Committer]: a position per lane (Kafka offsets). The engine passes
+//     the highest delivery of a lane below which every delivery is
+//     settled, and the driver stores its position.
 //
 // A driver never retries a failed operation on its own and never decides
 // that a message is done: that is the engine's job.
@@ -125,7 +125,7 @@ type Delivery struct {
 	// Lanes.Claimed.
 	Lane string
 	// Position is the delivery's place in the lane in the transport's own
-	// terms (a Kafka offset, a stream sequence, a Kinesis sequence number).
+	// terms (a Kafka offset, a stream sequence).
 	// It is informational: the engine orders deliveries by the order
 	// Receive returned them and never compares positions.
 	Position string
