@@ -45,7 +45,7 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		owned:     map[int32]bool{},
 		revokedAt: map[int32]uint64{},
 	}
-	kopts := slices.Concat(c.common, c.cfg.consumerOpts(topic, opts.Group, opts.StartAt), []kgo.Opt{
+	kopts := slices.Concat(c.common, c.cfg.consumerOpts(topic, opts), []kgo.Opt{
 		kgo.OnPartitionsAssigned(s.onAssigned),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onLost),
