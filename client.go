@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
+	"reflect"
 	"sync"
 	"time"
 
@@ -115,7 +117,7 @@ func New(conn driver.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("%T", conn)
+	name := transportName(conn)
 	return newClient(conn, name, name, cfg), nil
 }
 
@@ -146,6 +148,19 @@ func newClient(conn driver.Conn, scheme, name string, cfg clientConfig) *Client 
 	}
 	c.logger = c.logger.With("transport", scheme)
 	return c
+}
+
+// transportName names a connection made without a URL after its driver's
+// package ("membus" for membus.New().Conn()).
+func transportName(conn driver.Conn) string {
+	t := reflect.TypeOf(conn)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if p := t.PkgPath(); p != "" {
+		return path.Base(p)
+	}
+	return t.String()
 }
 
 // ParseDurability parses "none", "leader" or "all".

@@ -231,7 +231,7 @@ func (k *Consumer) fail(err error) {
 		k.err = err
 	}
 	k.mu.Unlock()
-	k.logger.Error("omnibus: consumer failed", "err", err)
+	k.logger.Error("consumer failed", "err", err)
 	go k.Close() // not from the member's own goroutine, which Close waits for
 }
 

@@ -108,7 +108,7 @@ func (m *member) fetchLoop(ctx context.Context) {
 			}
 			failures++
 			delay := m.k.cfg.backoff(failures, rand.Float64)
-			m.k.logger.Warn("omnibus: receive failed, retrying", "member", m.id, "err", err, "delay", delay)
+			m.k.logger.Warn("receive failed, retrying", "member", m.id, "err", err, "delay", delay)
 			select {
 			case <-time.After(delay):
 				continue

@@ -283,7 +283,7 @@ func (m *member) stop() error {
 		}
 		// Leaving the group may call Revoked; it finds the lanes gone.
 		if err := m.sub.Close(); err != nil {
-			m.k.logger.Warn("omnibus: leaving the group failed", "member", m.id, "err", err)
+			m.k.logger.Warn("leaving the group failed", "member", m.id, "err", err)
 			m.stopErr = fmt.Errorf("omnibus: leave group %q of %q: %w", m.k.cfg.group, m.k.topic, err)
 		}
 	})

@@ -180,7 +180,7 @@ func (m *member) nack(failed []*entry) []*entry {
 	}
 	delay := m.k.cfg.backoff(failed[0].base+failed[0].attempts, rand.Float64)
 	if err := m.nacker.Nack(m.ctx, ds, delay); err != nil {
-		m.k.logger.Warn("omnibus: nack failed; retrying in the engine", "err", err)
+		m.k.logger.Warn("nack failed; retrying in the engine", "err", err)
 		return nil
 	}
 	for _, e := range failed {
@@ -211,7 +211,7 @@ func (m *member) deadLetter(ctx context.Context, e *entry) error {
 	e.deadTries++
 	refused := !errors.Is(err, ErrRetryable) && (errors.Is(err, ErrTooLarge) || errors.Is(err, ErrInvalid) ||
 		errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnsupported))
-	m.k.logger.Error("omnibus: dead letter not published; it holds its key and is tried again",
+	m.k.logger.Error("dead letter not published; it holds its key and is tried again",
 		"dlq", cfg.deadLetter, "id", e.msg.ID, "lane", e.d.Lane, "tries", e.deadTries, "refused", refused, "err", err)
 	m.emit(Event{Kind: EventDeadLetterFailed, Lane: e.d.Lane, Message: &e.msg, Err: err})
 	return err

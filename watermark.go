@@ -141,15 +141,15 @@ func (m *member) flushLocked(ctx context.Context, only []*lane) ([]Event, error)
 	var errs []error
 	if len(acks) > 0 {
 		if err := m.acker.Ack(ctx, acks); err != nil {
-			m.k.logger.Warn("omnibus: ack failed; the transport will redeliver", "member", m.id, "count", len(acks), "err", err)
+			m.k.logger.Warn("ack failed; the transport will redeliver", "member", m.id, "count", len(acks), "err", err)
 			errs = append(errs, fmt.Errorf("omnibus: ack %d message(s) of %q: %w", len(acks), m.k.topic, err))
 		} else {
-			events = append(events, Event{Kind: EventCommitted, Count: len(acks)})
+			events = append(events, Event{Kind: EventAcked, Count: len(acks)})
 		}
 	}
 	if len(marks) > 0 {
 		if err := m.committer.Commit(ctx, marks); err != nil {
-			m.k.logger.Warn("omnibus: commit failed; will retry with the next", "member", m.id, "lanes", lanes, "err", err)
+			m.k.logger.Warn("commit failed; will retry with the next", "member", m.id, "lanes", lanes, "err", err)
 			errs = append(errs, fmt.Errorf("omnibus: commit %q lanes %v: %w", m.k.topic, lanes, err))
 			m.mu.Lock()
 			for i, d := range marks {

@@ -172,7 +172,7 @@ func (m *member) invoke(ctx context.Context, batch []*entry) (latency time.Durat
 			latency = time.Since(start)
 		}
 		if r := recover(); r != nil {
-			m.k.logger.Error("omnibus: handler panicked", "panic", r, "stack", string(debug.Stack()))
+			m.k.logger.Error("handler panicked", "panic", r, "stack", string(debug.Stack()))
 			err := fmt.Errorf("handler panic: %v", r)
 			for _, e := range batch {
 				e.err = err
