@@ -542,53 +542,95 @@ func retryQueue(topic, group string, d time.Duration) string {
 // Nack implements driver.Nacker: each delivery is republished, with its
 // next attempt number, to the group's retry queue for delay (a queue with
 // that message TTL which dead-letters into the group's queue), and is
-// acknowledged once the republish is confirmed.
+// acknowledged once the republish is confirmed. The republish is
+// mandatory: one the server returns, because the retry queue is gone, is
+// sent again after declaring the queue again, and fails if it is
+// returned again. A delivery whose republish failed is not acknowledged.
 func (s *sub) Nack(ctx context.Context, ds []*driver.Delivery, delay time.Duration) error {
 	if len(ds) == 0 {
 		return nil
 	}
 	bucket := retryBucket(delay)
 	q := retryQueue(s.topic, s.group, bucket)
-	target := groupQueue(s.topic, s.group)
-	declare := func(ctx context.Context) error {
-		err := s.c.ensure(ctx, "q:"+q, func(ch *amqp.Channel) error {
-			args := s.c.queueArgs()
-			args["x-message-ttl"] = bucket.Milliseconds()
-			args["x-dead-letter-exchange"] = ""
-			args["x-dead-letter-routing-key"] = target
-			if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
-				return err
-			}
-			s.c.record("q", q)
-			return nil
-		})
-		if err != nil {
-			return s.c.topologyError("declare retry queue", q, err)
-		}
-		return nil
-	}
-	if err := declare(ctx); err != nil {
-		return err
-	}
-	b := &pbatch{errs: make([]error, len(ds)), done: make(chan struct{})}
-	pms := make([]*pmsg, len(ds))
-	for i, d := range ds {
-		pms[i] = &pmsg{key: q, pub: encode(&d.Message, true, d.Attempt+1, true), declare: declare, b: b, i: i}
-	}
-	if err := s.c.publisher.publish(ctx, q, pms, b, true); err != nil {
-		return fmt.Errorf("rabbitbus: nack %q group %q: %w", s.topic, s.group, err)
-	}
+	declare := func(ctx context.Context) error { return s.declareRetry(ctx, q, bucket) }
 	var ok []*driver.Delivery
-	for i, err := range b.errs {
-		if err == nil {
-			ok = append(ok, ds[i])
+	var errs []error
+	for try, todo := 1, ds; len(todo) > 0; try++ {
+		if err := declare(ctx); err != nil {
+			errs = append(errs, err)
+			break
 		}
+		b := &pbatch{errs: make([]error, len(todo)), done: make(chan struct{})}
+		pms := make([]*pmsg, len(todo))
+		for i, d := range todo {
+			pms[i] = &pmsg{key: q, mandatory: true, pub: encode(&d.Message, true, d.Attempt+1, true), declare: declare, b: b, i: i}
+		}
+		if err := s.c.publisher.publish(ctx, q, pms, b, true); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		var again []*driver.Delivery
+		for i, err := range b.errs {
+			switch {
+			case err == nil:
+				ok = append(ok, todo[i])
+			case try == 1 && errors.Is(err, ErrUnroutable):
+				again = append(again, todo[i])
+			default:
+				errs = append(errs, err)
+			}
+		}
+		if len(again) > 0 {
+			s.c.forget("q:" + q) // the declaration cache was wrong
+		}
+		todo = again
 	}
 	ackErr := s.Ack(ctx, ok)
-	if err := errors.Join(b.errs...); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("rabbitbus: nack %q group %q: %d of %d not requeued: %w", s.topic, s.group, len(ds)-len(ok), len(ds), err)
 	}
 	return ackErr
+}
+
+// declareRetry declares q, the group's retry queue for delay bucket: a
+// queue with that message TTL that dead-letters into the group's queue.
+//
+// A quorum retry queue dead-letters at least once: it keeps a message
+// until the group's queue has confirmed it, so none is lost while that
+// queue is unavailable, full or even gone (the server tries again). This
+// needs the reject-publish overflow; the retry queue has no length limit,
+// so it never rejects a publish for it. Classic queues dead-letter at
+// most once.
+//
+// A throwaway group's retry queue expires once unused, EphemeralExpiry
+// after its TTL: publishing does not count as use, so the queue is
+// declared again (which does) at least every EphemeralExpiry/2, and a
+// queue always outlives the messages published into it.
+func (s *sub) declareRetry(ctx context.Context, q string, bucket time.Duration) error {
+	args := s.c.queueArgs()
+	args["x-message-ttl"] = bucket.Milliseconds()
+	args["x-dead-letter-exchange"] = ""
+	args["x-dead-letter-routing-key"] = groupQueue(s.topic, s.group)
+	if s.quorum {
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args["x-overflow"] = "reject-publish"
+	}
+	var maxAge time.Duration
+	if s.expires {
+		args["x-expires"] = int32((bucket + EphemeralExpiry).Milliseconds())
+		maxAge = EphemeralExpiry / 2
+	}
+	err := s.c.ensure(ctx, "q:"+q, maxAge, func(ch *amqp.Channel) error {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
+			return err
+		}
+		s.c.record("q", q)
+		return nil
+	})
+	if err != nil {
+		return s.c.topologyError("declare retry queue", q, err)
+	}
+	return nil
 }
 
 // Lag implements driver.LagReader: for every lane of the group, the
