@@ -20,10 +20,12 @@ import (
 // opens the lane's channel, declares the lane's topology, consumes, and
 // reopens after a drop), and in partitioned mode the rebalancer.
 //
-// Locks: cbMu serializes the calls into driver.Lanes and is never taken
-// by Receive or Ack; ackMu serializes acknowledgement plans and sends (a
-// multiple ack must not overtake a single ack of a tag it covers); mu
-// guards the buffer and the lanes' channel state. Order: cbMu, ackMu, mu.
+// Locks: cbMu serializes Claimed and Revoked and is never taken by
+// Receive or Ack (Lost is called without it, so that a lost channel
+// reaches the engine at once, not behind another lane's drain); ackMu
+// serializes acknowledgement plans and sends (a multiple ack must not
+// overtake a single ack of a tag it covers); mu guards the buffer and the
+// lanes' channel state. Order: cbMu, ackMu, mu.
 type sub struct {
 	c        *conn
 	link     *link
@@ -39,18 +41,21 @@ type sub struct {
 	cbMu  sync.Mutex
 	ackMu sync.Mutex
 
-	mu      sync.Mutex
-	buf     []*driver.Delivery
-	wake    chan struct{}
-	lostSeq uint64 // counts Lost and Revoked calls
-	seenSeq uint64 // lostSeq when Receive last returned
-	// revoking counts Revoked and Lost calls in progress. While it is
-	// not zero Receive returns at once with nothing: the engine waits for
-	// a Receive in progress before it revokes, and an idle member's
-	// Receive would otherwise hold every revocation for the engine's
-	// whole drain bound.
-	revoking int
-	closed   bool
+	mu   sync.Mutex
+	buf  []*driver.Delivery // deliveries of claimed lanes that are not being revoked
+	wake chan struct{}
+	// revokes counts the starts and ends of Revoked and Lost calls, seen
+	// its value when Receive last returned: Receive returns once, with
+	// what it has, each time a revocation starts (the engine waits for a
+	// Receive in progress before it revokes, and an idle member's Receive
+	// would otherwise hold the revocation for the engine's whole drain
+	// bound) and each time one ends (so that a Receive begun before the
+	// engine marked the lanes revoked returns before a new claim of them
+	// can deliver). Otherwise it goes on returning the deliveries of the
+	// lanes that stay.
+	revokes uint64
+	seen    uint64
+	closed  bool
 
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
@@ -283,26 +288,24 @@ func (l *lane) serve(ch *amqp.Channel, dels <-chan amqp.Delivery) {
 	s.mu.Unlock()
 	_ = ch.Close()
 	if lost {
-		s.cbMu.Lock()
+		// Not behind cbMu: a Revoked of another lane may hold it for the
+		// engine's drain bound. The lane's next claim comes from this
+		// goroutine, after Lost returns.
 		s.revoke(func() { s.cb.Lost([]string{l.id}) })
-		s.cbMu.Unlock()
 	}
 }
 
-// revoke runs fn, a call of Lanes.Revoked or Lanes.Lost, with cbMu held.
-// Receive returns promptly (with nothing) while fn runs, as driver.Lanes
-// asks, so that fn does not wait for a Receive that nothing wakes; and
-// once more afterwards, so that the engine looks at its lanes again
-// before it takes deliveries of a new claim.
+// revoke runs fn, a call of Lanes.Revoked or Lanes.Lost, making a Receive
+// in progress return when fn starts and when it ends (see sub.revokes).
 func (s *sub) revoke(fn func()) {
-	s.mu.Lock()
-	s.revoking++
-	s.mu.Unlock()
-	signal(s.wake)
+	s.bump()
 	fn()
+	s.bump()
+}
+
+func (s *sub) bump() {
 	s.mu.Lock()
-	s.revoking--
-	s.lostSeq++
+	s.revokes++
 	s.mu.Unlock()
 	signal(s.wake)
 }
@@ -378,34 +381,16 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// Receive implements driver.Subscriber. After a lane was lost or revoked
-// it returns once with no delivery, so that the engine looks at its lanes
-// again before it takes deliveries of a new claim.
+// Receive implements driver.Subscriber. It returns the deliveries of the
+// lanes the member holds and is not handing over, also while other lanes
+// are being revoked; it returns once, possibly with nothing, when a
+// revocation starts and when one ends (see sub.revokes).
 func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	s.mu.Lock()
 	for {
 		if s.closed {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("rabbitbus: receive %q: %w", s.topic, driver.ErrClosed)
-		}
-		if s.lostSeq != s.seenSeq {
-			s.seenSeq = s.lostSeq
-			s.mu.Unlock()
-			return nil, nil
-		}
-		if s.revoking > 0 {
-			// A revocation is starting or running: return now, after a
-			// pause so that an engine that has not yet stopped fetching
-			// does not spin.
-			s.mu.Unlock()
-			t := time.NewTimer(2 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			}
-			return nil, nil
 		}
 		if len(s.buf) > 0 {
 			n, bytes := 0, 0
@@ -416,6 +401,7 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 				}
 				bytes += size
 			}
+			s.seen = s.revokes
 			if n == 0 {
 				s.mu.Unlock()
 				return nil, nil // the first waiting does not fit
@@ -429,6 +415,11 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 			}
 			s.mu.Unlock()
 			return out, nil
+		}
+		if s.seen != s.revokes {
+			s.seen = s.revokes
+			s.mu.Unlock()
+			return nil, nil
 		}
 		s.mu.Unlock()
 		select {
@@ -778,6 +769,7 @@ func (s *sub) Close() error {
 				ids = append(ids, l.id)
 			}
 		}
+		s.buf = nil // unacknowledged: the server requeues them with the channels
 		s.mu.Unlock()
 		if len(ids) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
