@@ -209,34 +209,18 @@ func methodFrame(class, method uint16, args []byte) []byte {
 	return append(f, 0xCE)
 }
 
-// openURL opens a client on u and, at cleanup, deletes every exchange
-// and queue it declared.
-func openURL(ctx context.Context, t testing.TB, u string) *omnibus.Client {
-	t.Helper()
-	c, err := omnibus.Open(ctx, u)
-	if err != nil {
-		t.Fatalf("Open(%q): %v", u, err)
-	}
-	dc := c.Driver().(*conn)
-	t.Cleanup(func() {
-		_ = c.Close()
-		deleteTopology(t, dc.declaredNames())
-	})
-	return c
-}
-
-// within runs fn on a goroutine and returns its error and how long it
-// took, or ok false when it has not returned after limit (fn then goes
+// within runs fn on a goroutine and returns how long it took and its
+// error, or ok false when it has not returned after limit (fn then goes
 // on; it must not touch t).
-func within(limit time.Duration, fn func() error) (err error, took time.Duration, ok bool) {
+func within(limit time.Duration, fn func() error) (took time.Duration, ok bool, err error) {
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
 	select {
 	case err := <-done:
-		return err, time.Since(start), true
+		return time.Since(start), true, err
 	case <-time.After(limit):
-		return nil, limit, false
+		return limit, false, nil
 	}
 }
 
@@ -286,51 +270,41 @@ func TestPublishHonoursContextWhileBlocked(t *testing.T) {
 			transporttest.Eventually(t, 30*time.Second, func() bool { _, ok := handled.Load("before"); return ok }, func() string { return "nothing handled before the alarm" })
 
 			p.start(tt.notify)
+			// publish publishes ms with the deadline and checks that it
+			// returns then, with the context's error.
+			publish := func(what string, ms ...*omnibus.Message) {
+				took, ok, err := within(deadline+slack+5*time.Second, func() error {
+					pctx, pcancel := context.WithTimeout(ctx, deadline)
+					defer pcancel()
+					return c.Publish(pctx, topic, ms...)
+				})
+				t.Logf("%s: %v after %v", what, err, took)
+				switch {
+				case !ok:
+					t.Errorf("%s still blocked %v after its %v deadline", what, took-deadline, deadline)
+				case !errors.Is(err, context.DeadlineExceeded) || took > deadline+slack:
+					t.Errorf("%s returned %v after %v; want the context's deadline error after about %v", what, err, took, deadline)
+				}
+			}
 			// A batch larger than the socket buffers: its writes block.
 			big := make([]*omnibus.Message, 24)
 			for i := range big {
 				big[i] = &omnibus.Message{ID: fmt.Sprintf("big-%d", i), Body: make([]byte, 512<<10)}
 			}
 			bigDone := make(chan struct{})
-			var bigErr error
-			var bigTook time.Duration
-			var bigOK bool
 			go func() {
 				defer close(bigDone)
-				bigErr, bigTook, bigOK = within(deadline+slack+5*time.Second, func() error {
-					pctx, pcancel := context.WithTimeout(ctx, deadline)
-					defer pcancel()
-					return c.Publish(pctx, topic, big...)
-				})
+				publish("Publish of a large batch", big...)
 			}()
 			transporttest.Eventually(t, 10*time.Second, func() bool { return p.held.Load() > 0 }, func() string { return "the proxy never held a publish" })
-			// A second publisher, while the first is stuck.
-			err, took, ok := within(deadline+slack+5*time.Second, func() error {
-				pctx, pcancel := context.WithTimeout(ctx, deadline)
-				defer pcancel()
-				return c.Publish(pctx, topic, &omnibus.Message{ID: "small", Body: []byte("x")})
-			})
-			t.Logf("second Publish: %v after %v", err, took)
-			switch {
-			case !ok:
-				t.Errorf("second Publish still blocked %v after its %v deadline", took-deadline, deadline)
-			case !errors.Is(err, context.DeadlineExceeded) || took > deadline+slack:
-				t.Errorf("second Publish returned %v after %v; want the context's deadline error after about %v", err, took, deadline)
-			}
+			publish("a second Publish, while the first is stuck", &omnibus.Message{ID: "small", Body: []byte("x")})
 			<-bigDone
-			t.Logf("large batch Publish: %v after %v", bigErr, bigTook)
-			switch {
-			case !bigOK:
-				t.Errorf("Publish of a large batch still blocked %v after its %v deadline", bigTook-deadline, deadline)
-			case !errors.Is(bigErr, context.DeadlineExceeded) || bigTook > deadline+slack:
-				t.Errorf("Publish of a large batch returned %v after %v; want the context's deadline error after about %v", bigErr, bigTook, deadline)
-			}
 
 			// The dead-letter path publishes during the alarm; closing the
 			// consumer ends it.
 			close(alarmOn)
 			time.Sleep(200 * time.Millisecond) // the handler fails and the dead letter goes out
-			_, took, ok = within(slack+5*time.Second, k.Close)
+			took, ok, _ := within(slack+5*time.Second, k.Close)
 			t.Logf("Consumer.Close with a dead letter in flight: %v", took)
 			if !ok || took > slack {
 				t.Errorf("Consumer.Close with a dead letter in flight took %v (returned: %v); want under %v", took, ok, slack)
@@ -352,7 +326,7 @@ func TestPublishHonoursContextWhileBlocked(t *testing.T) {
 			}()
 			transporttest.Eventually(t, 10*time.Second, func() bool { return p.held.Load() > 0 }, func() string { return "the proxy never held a publish" })
 			time.Sleep(200 * time.Millisecond)
-			_, took, ok = within(slack+5*time.Second, c.Close)
+			took, ok, _ = within(slack+5*time.Second, c.Close)
 			t.Logf("Client.Close during the alarm: %v", took)
 			if !ok || took > slack {
 				t.Errorf("Client.Close during an alarm took %v (returned: %v); want under %v", took, ok, slack)

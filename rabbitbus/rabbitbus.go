@@ -357,12 +357,22 @@ func (c *conn) Close() error {
 // stalls; await lets the caller go at its deadline with ctx's error.
 // fn then goes on by itself, on a goroutine counted in c.bg, and ends
 // when its calls do: at the latest when Close closes the connection.
+// Once Close has begun fn runs on the caller's goroutine (Close waits
+// for c.bg), and ends when Close closes the connection.
 func (c *conn) await(ctx context.Context, fn func() error) error {
 	if ctx.Done() == nil {
 		return fn()
 	}
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.bg.Add(1)
+	}
+	c.mu.Unlock()
+	if closed {
+		return fn()
+	}
 	done := make(chan error, 1)
-	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
 		done <- fn()

@@ -123,19 +123,6 @@ func TestRetryQueueDeletedLosesNothing(t *testing.T) {
 	}
 }
 
-// run runs k until the test ends.
-func run(t testing.TB, k *omnibus.Consumer) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		_ = k.Close()
-	})
-}
-
 // Retry queues dead-letter at least once on quorum queues, and a
 // throwaway group's retry queues expire once unused, but never before
 // what they hold has gone back to the group's queue. Declaring a queue
