@@ -45,14 +45,14 @@ type sub struct {
 	buf  []*driver.Delivery // deliveries of claimed lanes that are not being revoked
 	wake chan struct{}
 	// revokes counts the starts and ends of Revoked and Lost calls, seen
-	// its value when Receive last returned: Receive returns once, with
-	// what it has, each time a revocation starts (the engine waits for a
+	// its value when Receive last returned: Receive returns once with
+	// nothing each time a revocation starts (the engine waits for a
 	// Receive in progress before it revokes, and an idle member's Receive
 	// would otherwise hold the revocation for the engine's whole drain
 	// bound) and each time one ends (so that a Receive begun before the
-	// engine marked the lanes revoked returns before a new claim of them
-	// can deliver). Otherwise it goes on returning the deliveries of the
-	// lanes that stay.
+	// engine marked the lanes revoked never returns a new claim's
+	// deliveries, which the engine would drop). Otherwise it goes on
+	// returning the deliveries of the lanes that stay.
 	revokes uint64
 	seen    uint64
 	closed  bool
@@ -383,14 +383,23 @@ func signal(ch chan struct{}) {
 
 // Receive implements driver.Subscriber. It returns the deliveries of the
 // lanes the member holds and is not handing over, also while other lanes
-// are being revoked; it returns once, possibly with nothing, when a
-// revocation starts and when one ends (see sub.revokes).
+// are being revoked; it returns once with nothing when a revocation
+// starts and when one ends (see sub.revokes).
 func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	s.mu.Lock()
 	for {
 		if s.closed {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("rabbitbus: receive %q: %w", s.topic, driver.ErrClosed)
+		}
+		if s.seen != s.revokes {
+			// Before the buffer: deliveries go out only from a Receive
+			// that no revocation started or ended during (nor since the
+			// last Receive returned), so the engine never takes one of a
+			// lane it revoked after it began this Receive.
+			s.seen = s.revokes
+			s.mu.Unlock()
+			return nil, nil
 		}
 		if len(s.buf) > 0 {
 			n, bytes := 0, 0
@@ -401,7 +410,6 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 				}
 				bytes += size
 			}
-			s.seen = s.revokes
 			if n == 0 {
 				s.mu.Unlock()
 				return nil, nil // the first waiting does not fit
@@ -415,11 +423,6 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 			}
 			s.mu.Unlock()
 			return out, nil
-		}
-		if s.seen != s.revokes {
-			s.seen = s.revokes
-			s.mu.Unlock()
-			return nil, nil
 		}
 		s.mu.Unlock()
 		select {
