@@ -308,22 +308,30 @@ func (c *Client) checkOpen(op, topic string) error {
 // Close closes every consumer of the client at once (see Consumer.Close),
 // then the connection. Close is idempotent; use Consumer.Shutdown first to
 // drain.
+//
+// Called from a handler or observer, Close cannot wait for its caller: it
+// closes everything in the background and returns nil at once.
 func (c *Client) Close() error {
+	if calledFromEngine() {
+		go c.Close()
+		return nil
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil
 	}
-	c.closed = true
 	consumers := make([]*Consumer, 0, len(c.consumers))
 	for k := range c.consumers {
 		consumers = append(consumers, k)
 	}
+	c.closed = true
 	c.mu.Unlock()
+	errs := make([]error, 0, len(consumers)+1)
 	for _, k := range consumers {
-		k.Close()
+		errs = append(errs, k.Close())
 	}
-	return c.conn.Close()
+	return joinErrors(append(errs, c.conn.Close()))
 }
 
 func (c *Client) addConsumer(k *Consumer) error {

@@ -24,9 +24,12 @@ const (
 	EventLost
 	// EventCommitted: positions were committed or messages acknowledged.
 	EventCommitted
+	// EventDeadLetterFailed: a dead letter could not be published (Err
+	// says why); the message holds its key and is tried again later.
+	EventDeadLetterFailed
 )
 
-var eventNames = [...]string{"", "processed", "failed", "retried", "dead-lettered", "claimed", "revoked", "lost", "committed"}
+var eventNames = [...]string{"", "processed", "failed", "retried", "dead-lettered", "claimed", "revoked", "lost", "committed", "dead-letter-failed"}
 
 func (k EventKind) String() string {
 	if k > 0 && int(k) < len(eventNames) {
@@ -48,7 +51,8 @@ type Event struct {
 	Lanes []string
 	// Message is the message of a message event. It must not be kept.
 	Message *Message
-	// Err is the failure of EventFailed and EventDeadLettered.
+	// Err is the failure of EventFailed, EventDeadLettered and
+	// EventDeadLetterFailed.
 	Err error
 	// Latency is the handler's run time for EventProcessed and EventFailed.
 	Latency time.Duration
