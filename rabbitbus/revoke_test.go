@@ -195,3 +195,116 @@ func TestRevocationKeepsOtherLanesFlowing(t *testing.T) {
 		t.Errorf("Receive returned empty %d times during one revocation; want once when it starts (and once when it ends)", empty)
 	}
 }
+
+// The same through the engine: a member hands lane 3 over while a slow
+// handler holds it, so the revocation drains for seconds; the lanes the
+// member keeps go on being handled meanwhile.
+func TestRevocationDrainKeepsOtherLanesHandled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const params = "partitions=4&rebalance=200ms"
+	const slowFor = 5 * time.Second
+	c := open(ctx, t, params)
+	topic := "omnibus-revokedrain-" + strings.ToLower(omnibus.NewID())
+	var mu sync.Mutex
+	keyLane := map[string]string{}
+	var kept []time.Time // when messages of lanes 0 and 1 were handled
+	var slowStart, slowEnd time.Time
+	k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+		mu.Lock()
+		keyLane[m.Key] = m.Lane
+		if m.Lane == "0" || m.Lane == "1" {
+			kept = append(kept, time.Now())
+		}
+		slow := m.Headers["slow"] == "1"
+		if slow {
+			slowStart = time.Now()
+		}
+		mu.Unlock()
+		if !slow {
+			return nil
+		}
+		select {
+		case <-time.After(slowFor):
+		case <-ctx.Done():
+		}
+		mu.Lock()
+		slowEnd = time.Now()
+		mu.Unlock()
+		return nil
+	}, omnibus.Group("g"), omnibus.Order(omnibus.OrderKey), omnibus.DrainTimeout(4*slowFor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, k)
+	publish := func(keys []string, headers map[string]string) {
+		ms := make([]*omnibus.Message, len(keys))
+		for i, key := range keys {
+			ms[i] = &omnibus.Message{Key: key, Headers: headers, Body: []byte("x")}
+		}
+		if err := c.Publish(ctx, topic, ms...); err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+	}
+	var keys []string
+	for i := range 64 {
+		keys = append(keys, "k"+strconv.Itoa(i))
+	}
+	// Learn which lane each key lands on; the member claims all four.
+	transporttest.Eventually(t, 30*time.Second, func() bool {
+		publish(keys, nil)
+		mu.Lock()
+		defer mu.Unlock()
+		return len(keyLane) == len(keys)
+	}, func() string { return "not every key handled" })
+	mu.Lock()
+	var onLane3, stay []string
+	for key, l := range keyLane {
+		switch l {
+		case "3":
+			onLane3 = append(onLane3, key)
+		case "0", "1":
+			stay = append(stay, key)
+		}
+	}
+	mu.Unlock()
+	if len(onLane3) == 0 || len(stay) == 0 {
+		t.Fatalf("keys by lane %v: want some on lane 3 and some on lanes 0 and 1", keyLane)
+	}
+	publish(onLane3[:1], map[string]string{"slow": "1"})
+	transporttest.Eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return !slowStart.IsZero() }, func() string { return "the slow message was not handled" })
+
+	// A second member joins: the first hands lanes 3 and 2 over, lane 3
+	// first, and its revocation waits for the slow handler.
+	other := open(ctx, t, params)
+	k2, err := other.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil }, omnibus.Group("g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, k2)
+	joined := time.Now()
+	for {
+		mu.Lock()
+		done := !slowEnd.IsZero()
+		mu.Unlock()
+		if done || time.Since(joined) > 2*slowFor {
+			break
+		}
+		publish(stay, nil)
+		time.Sleep(100 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// From a second after the join (the rebalance interval is 200ms) to
+	// the end of the drain.
+	from, n := joined.Add(time.Second), 0
+	for _, at := range kept {
+		if at.After(from) && at.Before(slowEnd) {
+			n++
+		}
+	}
+	t.Logf("lanes 0 and 1: %d messages handled while lane 3 drained (%v)", n, slowEnd.Sub(from))
+	if n == 0 {
+		t.Errorf("the lanes the member keeps handled nothing during the %v lane 3 drained", slowEnd.Sub(from))
+	}
+}
