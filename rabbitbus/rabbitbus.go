@@ -419,7 +419,8 @@ func (c *conn) queueArgs() amqp.Table {
 	return amqp.Table{amqp.QueueTypeArg: c.cfg.queueType}
 }
 
-// record notes a declared name (for the tests' cleanup).
+// record notes a name about to be declared (for the tests' cleanup: a
+// declaration cut short by a closing connection may still have landed).
 func (c *conn) record(kind, name string) {
 	c.mu.Lock()
 	c.names[kind+":"+name] = true
@@ -495,18 +496,18 @@ func (c *conn) forget(key string) {
 // dead-letter topic, its queue.
 func (c *conn) ensureTopic(ctx context.Context, topic string) error {
 	err := c.ensure(ctx, "x:"+topic, 0, func(ch *amqp.Channel) error {
+		c.record("x", topic)
 		if err := declareTopic(ch, topic); err != nil {
 			return err
 		}
-		c.record("x", topic)
 		c.mu.Lock()
 		dead := c.dead[topic]
 		c.mu.Unlock()
 		if dead || strings.HasSuffix(topic, dlqSuffix) {
+			c.record("q", topic)
 			if _, err := ch.QueueDeclare(topic, true, false, false, false, c.queueArgs()); err != nil {
 				return err
 			}
-			c.record("q", topic)
 			if err := ch.QueueBind(topic, "#", topic, false, nil); err != nil {
 				return err
 			}

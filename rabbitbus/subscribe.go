@@ -173,10 +173,10 @@ var (
 // declare declares the lane's exchange, queue and binding on ch.
 func (l *lane) declare(ch *amqp.Channel) error {
 	s := l.s
+	s.c.record("x", s.topic)
 	if err := declareTopic(ch, s.topic); err != nil {
 		return err
 	}
-	s.c.record("x", s.topic)
 	args := s.c.queueArgs()
 	if s.expires {
 		args["x-expires"] = int32(EphemeralExpiry / time.Millisecond)
@@ -184,20 +184,20 @@ func (l *lane) declare(ch *amqp.Channel) error {
 	src, key := s.topic, "#"
 	if s.part {
 		hx := hashExchange(s.topic, s.group)
+		s.c.record("x", hx)
 		if err := ch.ExchangeDeclare(hx, "x-consistent-hash", true, false, false, false, nil); err != nil {
 			return err
 		}
-		s.c.record("x", hx)
 		if err := ch.ExchangeBind(hx, "#", s.topic, false, nil); err != nil {
 			return err
 		}
 		args["x-single-active-consumer"] = true
 		src, key = hx, "1" // weight 1: every partition gets an equal share of keys
 	}
+	s.c.record("q", l.queue)
 	if _, err := ch.QueueDeclare(l.queue, true, false, false, false, args); err != nil {
 		return err
 	}
-	s.c.record("q", l.queue)
 	return ch.QueueBind(l.queue, key, src, false, nil)
 }
 
@@ -615,11 +615,9 @@ func (s *sub) declareRetry(ctx context.Context, q string, bucket time.Duration) 
 		maxAge = EphemeralExpiry / 2
 	}
 	err := s.c.ensure(ctx, "q:"+q, maxAge, func(ch *amqp.Channel) error {
-		if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
-			return err
-		}
 		s.c.record("q", q)
-		return nil
+		_, err := ch.QueueDeclare(q, true, false, false, false, args)
+		return err
 	})
 	if err != nil {
 		return s.c.topologyError("declare retry queue", q, err)
