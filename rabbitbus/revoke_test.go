@@ -22,6 +22,7 @@ type slowLanes struct {
 	claimed  map[string]bool
 	revoking chan string   // a lane whose revocation started
 	release  chan struct{} // closed: Revoked returns
+	lost     chan string   // a lane lost
 }
 
 func (l *slowLanes) Claimed(ids []string) {
@@ -55,6 +56,10 @@ func (l *slowLanes) Lost(ids []string) {
 	defer l.mu.Unlock()
 	for _, id := range ids {
 		delete(l.claimed, id)
+		select {
+		case l.lost <- id:
+		default:
+		}
 	}
 }
 
@@ -73,15 +78,16 @@ type receipt struct {
 // A member hands a lane over while it keeps the others. The revocation
 // takes a while (the engine drains the lane); meanwhile the lanes that
 // stay must go on delivering, the Receive in progress when the revocation
-// starts must return once, promptly, and Receive must not return empty
-// over and over.
+// starts must return once, promptly, Receive must not return empty over
+// and over, and a lane lost meanwhile (its queue deleted) must reach the
+// engine at once, not after the revocation.
 func TestRevocationKeepsOtherLanesFlowing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const params = "partitions=4&rebalance=200ms"
 	c := open(ctx, t, params)
 	topic := "omnibus-revoke-" + strings.ToLower(omnibus.NewID())
-	lanes := &slowLanes{claimed: map[string]bool{}, revoking: make(chan string, 8), release: make(chan struct{})}
+	lanes := &slowLanes{claimed: map[string]bool{}, revoking: make(chan string, 8), release: make(chan struct{}), lost: make(chan string, 8)}
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(lanes.release) }) }
 	t.Cleanup(release)
@@ -168,6 +174,25 @@ func TestRevocationKeepsOtherLanesFlowing(t *testing.T) {
 		publish(32)
 		sent.Add(32)
 		time.Sleep(100 * time.Millisecond)
+	}
+	// A lane that stays is lost while the revocation still runs.
+	lose := "0"
+	if revoked == lose {
+		lose = "1"
+	}
+	n, _ := strconv.Atoi(lose)
+	ac, ch := rawChannel(t)
+	defer ac.Close()
+	if _, err := ch.QueueDelete(partitionQueue(topic, "g", n), false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-lanes.lost:
+		if id != lose {
+			t.Errorf("lost lane %s, want %s", id, lose)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("lane %s, whose queue was deleted, was not reported lost within 5s while lane %s's revocation ran", lose, revoked)
 	}
 	release()
 	mu.Lock()
