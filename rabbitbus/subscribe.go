@@ -20,10 +20,12 @@ import (
 // opens the lane's channel, declares the lane's topology, consumes, and
 // reopens after a drop), and in partitioned mode the rebalancer.
 //
-// Locks: cbMu serializes the calls into driver.Lanes and is never taken
-// by Receive or Ack; ackMu serializes acknowledgement plans and sends (a
-// multiple ack must not overtake a single ack of a tag it covers); mu
-// guards the buffer and the lanes' channel state. Order: cbMu, ackMu, mu.
+// Locks: cbMu serializes Claimed and Revoked and is never taken by
+// Receive or Ack (Lost is called without it, so that a lost channel
+// reaches the engine at once, not behind another lane's drain); ackMu
+// serializes acknowledgement plans and sends (a multiple ack must not
+// overtake a single ack of a tag it covers); mu guards the buffer and the
+// lanes' channel state. Order: cbMu, ackMu, mu.
 type sub struct {
 	c        *conn
 	link     *link
@@ -39,18 +41,21 @@ type sub struct {
 	cbMu  sync.Mutex
 	ackMu sync.Mutex
 
-	mu      sync.Mutex
-	buf     []*driver.Delivery
-	wake    chan struct{}
-	lostSeq uint64 // counts Lost and Revoked calls
-	seenSeq uint64 // lostSeq when Receive last returned
-	// revoking counts Revoked and Lost calls in progress. While it is
-	// not zero Receive returns at once with nothing: the engine waits for
-	// a Receive in progress before it revokes, and an idle member's
-	// Receive would otherwise hold every revocation for the engine's
-	// whole drain bound.
-	revoking int
-	closed   bool
+	mu   sync.Mutex
+	buf  []*driver.Delivery // deliveries of claimed lanes that are not being revoked
+	wake chan struct{}
+	// revokes counts the starts and ends of Revoked and Lost calls, seen
+	// its value when Receive last returned: Receive returns once with
+	// nothing each time a revocation starts (the engine waits for a
+	// Receive in progress before it revokes, and an idle member's Receive
+	// would otherwise hold the revocation for the engine's whole drain
+	// bound) and each time one ends (so that a Receive begun before the
+	// engine marked the lanes revoked never returns a new claim's
+	// deliveries, which the engine would drop). Otherwise it goes on
+	// returning the deliveries of the lanes that stay.
+	revokes uint64
+	seen    uint64
+	closed  bool
 
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
@@ -168,10 +173,10 @@ var (
 // declare declares the lane's exchange, queue and binding on ch.
 func (l *lane) declare(ch *amqp.Channel) error {
 	s := l.s
+	s.c.record("x", s.topic)
 	if err := declareTopic(ch, s.topic); err != nil {
 		return err
 	}
-	s.c.record("x", s.topic)
 	args := s.c.queueArgs()
 	if s.expires {
 		args["x-expires"] = int32(EphemeralExpiry / time.Millisecond)
@@ -179,20 +184,20 @@ func (l *lane) declare(ch *amqp.Channel) error {
 	src, key := s.topic, "#"
 	if s.part {
 		hx := hashExchange(s.topic, s.group)
+		s.c.record("x", hx)
 		if err := ch.ExchangeDeclare(hx, "x-consistent-hash", true, false, false, false, nil); err != nil {
 			return err
 		}
-		s.c.record("x", hx)
 		if err := ch.ExchangeBind(hx, "#", s.topic, false, nil); err != nil {
 			return err
 		}
 		args["x-single-active-consumer"] = true
 		src, key = hx, "1" // weight 1: every partition gets an equal share of keys
 	}
+	s.c.record("q", l.queue)
 	if _, err := ch.QueueDeclare(l.queue, true, false, false, false, args); err != nil {
 		return err
 	}
-	s.c.record("q", l.queue)
 	return ch.QueueBind(l.queue, key, src, false, nil)
 }
 
@@ -283,26 +288,24 @@ func (l *lane) serve(ch *amqp.Channel, dels <-chan amqp.Delivery) {
 	s.mu.Unlock()
 	_ = ch.Close()
 	if lost {
-		s.cbMu.Lock()
+		// Not behind cbMu: a Revoked of another lane may hold it for the
+		// engine's drain bound. The lane's next claim comes from this
+		// goroutine, after Lost returns.
 		s.revoke(func() { s.cb.Lost([]string{l.id}) })
-		s.cbMu.Unlock()
 	}
 }
 
-// revoke runs fn, a call of Lanes.Revoked or Lanes.Lost, with cbMu held.
-// Receive returns promptly (with nothing) while fn runs, as driver.Lanes
-// asks, so that fn does not wait for a Receive that nothing wakes; and
-// once more afterwards, so that the engine looks at its lanes again
-// before it takes deliveries of a new claim.
+// revoke runs fn, a call of Lanes.Revoked or Lanes.Lost, making a Receive
+// in progress return when fn starts and when it ends (see sub.revokes).
 func (s *sub) revoke(fn func()) {
-	s.mu.Lock()
-	s.revoking++
-	s.mu.Unlock()
-	signal(s.wake)
+	s.bump()
 	fn()
+	s.bump()
+}
+
+func (s *sub) bump() {
 	s.mu.Lock()
-	s.revoking--
-	s.lostSeq++
+	s.revokes++
 	s.mu.Unlock()
 	signal(s.wake)
 }
@@ -378,9 +381,10 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// Receive implements driver.Subscriber. After a lane was lost or revoked
-// it returns once with no delivery, so that the engine looks at its lanes
-// again before it takes deliveries of a new claim.
+// Receive implements driver.Subscriber. It returns the deliveries of the
+// lanes the member holds and is not handing over, also while other lanes
+// are being revoked; it returns once with nothing when a revocation
+// starts and when one ends (see sub.revokes).
 func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	s.mu.Lock()
 	for {
@@ -388,23 +392,13 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 			s.mu.Unlock()
 			return nil, fmt.Errorf("rabbitbus: receive %q: %w", s.topic, driver.ErrClosed)
 		}
-		if s.lostSeq != s.seenSeq {
-			s.seenSeq = s.lostSeq
+		if s.seen != s.revokes {
+			// Before the buffer: deliveries go out only from a Receive
+			// that no revocation started or ended during (nor since the
+			// last Receive returned), so the engine never takes one of a
+			// lane it revoked after it began this Receive.
+			s.seen = s.revokes
 			s.mu.Unlock()
-			return nil, nil
-		}
-		if s.revoking > 0 {
-			// A revocation is starting or running: return now, after a
-			// pause so that an engine that has not yet stopped fetching
-			// does not spin.
-			s.mu.Unlock()
-			t := time.NewTimer(2 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			}
 			return nil, nil
 		}
 		if len(s.buf) > 0 {
@@ -542,53 +536,93 @@ func retryQueue(topic, group string, d time.Duration) string {
 // Nack implements driver.Nacker: each delivery is republished, with its
 // next attempt number, to the group's retry queue for delay (a queue with
 // that message TTL which dead-letters into the group's queue), and is
-// acknowledged once the republish is confirmed.
+// acknowledged once the republish is confirmed. The republish is
+// mandatory: one the server returns, because the retry queue is gone, is
+// sent again after declaring the queue again, and fails if it is
+// returned again. A delivery whose republish failed is not acknowledged.
 func (s *sub) Nack(ctx context.Context, ds []*driver.Delivery, delay time.Duration) error {
 	if len(ds) == 0 {
 		return nil
 	}
 	bucket := retryBucket(delay)
 	q := retryQueue(s.topic, s.group, bucket)
-	target := groupQueue(s.topic, s.group)
-	declare := func(ctx context.Context) error {
-		err := s.c.ensure(ctx, "q:"+q, func(ch *amqp.Channel) error {
-			args := s.c.queueArgs()
-			args["x-message-ttl"] = bucket.Milliseconds()
-			args["x-dead-letter-exchange"] = ""
-			args["x-dead-letter-routing-key"] = target
-			if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
-				return err
-			}
-			s.c.record("q", q)
-			return nil
-		})
-		if err != nil {
-			return s.c.topologyError("declare retry queue", q, err)
-		}
-		return nil
-	}
-	if err := declare(ctx); err != nil {
-		return err
-	}
-	b := &pbatch{errs: make([]error, len(ds)), done: make(chan struct{})}
-	pms := make([]*pmsg, len(ds))
-	for i, d := range ds {
-		pms[i] = &pmsg{key: q, pub: encode(&d.Message, true, d.Attempt+1, true), declare: declare, b: b, i: i}
-	}
-	if err := s.c.publisher.publish(ctx, q, pms, b, true); err != nil {
-		return fmt.Errorf("rabbitbus: nack %q group %q: %w", s.topic, s.group, err)
-	}
+	declare := func(ctx context.Context) error { return s.declareRetry(ctx, q, bucket) }
 	var ok []*driver.Delivery
-	for i, err := range b.errs {
-		if err == nil {
-			ok = append(ok, ds[i])
+	var errs []error
+	for try, todo := 1, ds; len(todo) > 0; try++ {
+		if err := declare(ctx); err != nil {
+			errs = append(errs, err)
+			break
 		}
+		b := &pbatch{errs: make([]error, len(todo)), done: make(chan struct{})}
+		pms := make([]*pmsg, len(todo))
+		for i, d := range todo {
+			pms[i] = &pmsg{key: q, mandatory: true, pub: encode(&d.Message, true, d.Attempt+1, true), declare: declare, b: b, i: i}
+		}
+		if err := s.c.publisher.publish(ctx, q, pms, b, true); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		var again []*driver.Delivery
+		for i, err := range b.errs {
+			switch {
+			case err == nil:
+				ok = append(ok, todo[i])
+			case try == 1 && errors.Is(err, ErrUnroutable):
+				again = append(again, todo[i])
+			default:
+				errs = append(errs, err)
+			}
+		}
+		if len(again) > 0 {
+			s.c.forget("q:" + q) // the declaration cache was wrong
+		}
+		todo = again
 	}
 	ackErr := s.Ack(ctx, ok)
-	if err := errors.Join(b.errs...); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("rabbitbus: nack %q group %q: %d of %d not requeued: %w", s.topic, s.group, len(ds)-len(ok), len(ds), err)
 	}
 	return ackErr
+}
+
+// declareRetry declares q, the group's retry queue for delay bucket: a
+// queue with that message TTL that dead-letters into the group's queue.
+//
+// A quorum retry queue dead-letters at least once: it keeps a message
+// until the group's queue has confirmed it, so none is lost while that
+// queue is unavailable, full or even gone (the server tries again). This
+// needs the reject-publish overflow; the retry queue has no length limit,
+// so it never rejects a publish for it. Classic queues dead-letter at
+// most once.
+//
+// A throwaway group's retry queue expires once unused, EphemeralExpiry
+// after its TTL: publishing does not count as use, so the queue is
+// declared again (which does) at least every EphemeralExpiry/2, and a
+// queue always outlives the messages published into it.
+func (s *sub) declareRetry(ctx context.Context, q string, bucket time.Duration) error {
+	args := s.c.queueArgs()
+	args["x-message-ttl"] = bucket.Milliseconds()
+	args["x-dead-letter-exchange"] = ""
+	args["x-dead-letter-routing-key"] = groupQueue(s.topic, s.group)
+	if s.quorum {
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args["x-overflow"] = "reject-publish"
+	}
+	var maxAge time.Duration
+	if s.expires {
+		args["x-expires"] = int32((bucket + EphemeralExpiry).Milliseconds())
+		maxAge = EphemeralExpiry / 2
+	}
+	err := s.c.ensure(ctx, "q:"+q, maxAge, func(ch *amqp.Channel) error {
+		s.c.record("q", q)
+		_, err := ch.QueueDeclare(q, true, false, false, false, args)
+		return err
+	})
+	if err != nil {
+		return s.c.topologyError("declare retry queue", q, err)
+	}
+	return nil
 }
 
 // Lag implements driver.LagReader: for every lane of the group, the
@@ -736,6 +770,7 @@ func (s *sub) Close() error {
 				ids = append(ids, l.id)
 			}
 		}
+		s.buf = nil // unacknowledged: the server requeues them with the channels
 		s.mu.Unlock()
 		if len(ids) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
