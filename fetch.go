@@ -63,7 +63,7 @@ func (m *member) fetchLoop(ctx context.Context) {
 	for {
 		m.mu.Lock()
 		room := m.room()
-		epoch := m.epoch
+		epoch, gen := m.epoch, m.laneGen
 		var received chan struct{}
 		if room.Count > 0 {
 			received = make(chan struct{})
@@ -127,7 +127,7 @@ func (m *member) fetchLoop(ctx context.Context) {
 				m.dispatchLocked(d, now)
 			}
 		}
-		m.full = len(ds) == 0 && m.inflight > 0
+		m.full = len(ds) == 0 && m.inflight > 0 && m.laneGen == gen
 		m.receiving = nil
 		m.mu.Unlock()
 		close(received)

@@ -78,6 +78,7 @@ type member struct {
 	receiving chan struct{}     // non-nil while a Receive is outstanding; closed after its dispatch
 	fetchIdle bool              // the fetch loop waits for room
 	full      bool              // the last Receive returned nothing with messages in flight
+	laneGen   uint64            // counts lane claims, revocations and losses
 	runq      []*slot           // active slots waiting for a worker, from runqHead on
 	runqHead  int
 	cond      sync.Cond // idle workers wait on it

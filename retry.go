@@ -72,10 +72,7 @@ func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
 	}
 	var nacked []*entry
 	if len(failed) > 0 && m.nacker != nil && failed[0].d.Attempt > 0 {
-		nacked = m.nack(failed)
-		if nacked != nil {
-			failed = nil
-		}
+		nacked, failed = m.nack(failed)
 	}
 
 	var retried []Event
@@ -172,21 +169,37 @@ func contains(es []*entry, e *entry) bool {
 	return false
 }
 
-// nack hands failed entries back to the transport for delayed redelivery.
-func (m *member) nack(failed []*entry) []*entry {
+// nack hands failed entries back to the transport for delayed
+// redelivery. It returns those the transport took and those it did not,
+// which the engine retries itself.
+func (m *member) nack(failed []*entry) (nacked, rest []*entry) {
 	ds := make([]*driver.Delivery, len(failed))
 	for i, e := range failed {
 		ds[i] = e.d
 	}
 	delay := m.k.cfg.backoff(failed[0].base+failed[0].attempts, rand.Float64)
-	if err := m.nacker.Nack(m.ctx, ds, delay); err != nil {
+	err := m.nacker.Nack(m.ctx, ds, delay)
+	var be *driver.BatchError
+	switch {
+	case err == nil:
+		nacked = failed
+	case errors.As(err, &be) && len(be.Errs) == len(failed):
+		for i, e := range failed {
+			if be.Errs[i] == nil {
+				nacked = append(nacked, e)
+			} else {
+				rest = append(rest, e)
+			}
+		}
+		m.k.logger.Warn("nack failed for some; retrying those in the engine", "failed", len(rest), "of", len(failed), "err", err)
+	default:
 		m.k.logger.Warn("nack failed; retrying in the engine", "err", err)
-		return nil
+		return nil, failed
 	}
-	for _, e := range failed {
+	for _, e := range nacked {
 		m.emit(Event{Kind: EventRetried, Lane: e.d.Lane, Message: &e.msg, Delay: delay})
 	}
-	return failed
+	return nacked, rest
 }
 
 // deadLetter publishes e to the dead-letter topic, once, under the lane's

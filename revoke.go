@@ -20,6 +20,7 @@ func (m *member) Claimed(ids []string) {
 		}
 		m.laneLocked(id)
 	}
+	m.lanesChangedLocked()
 	m.mu.Unlock()
 	m.emit(Event{Kind: EventClaimed, Lanes: ids})
 }
@@ -107,6 +108,16 @@ func (m *member) revokeLocked(l *lane) {
 	l.revoking = true
 	m.epoch++
 	m.revokedAt[l.id] = m.epoch
+	m.lanesChangedLocked()
+}
+
+// lanesChangedLocked lets the fetch loop ask again at once: a Receive
+// that returned nothing because lanes changed is not a sign that the
+// first message waiting does not fit (see fullWait).
+func (m *member) lanesChangedLocked() {
+	m.laneGen++
+	m.full = false
+	m.wakeFetchLocked()
 }
 
 // goneLocked detaches l: results still running on it are discarded.
@@ -124,7 +135,7 @@ func (m *member) goneLocked(l *lane) {
 	if m.lanes[l.id] == l {
 		delete(m.lanes, l.id)
 	}
-	m.wakeFetchLocked()
+	m.lanesChangedLocked()
 }
 
 // dropQueuedLocked releases every entry of l that is not running: queued

@@ -298,7 +298,10 @@ type Acker interface {
 // Nacker asks the transport to deliver again after delay. Only transports
 // with native redelivery implement it. The delivery may come back to any
 // member of the group, so the engine uses Nack only when the subscription
-// does not promise order.
+// does not promise order. When the transport can fail some deliveries of
+// the batch, Nack returns a *BatchError with one entry per delivery (nil
+// for those handed back); the engine retries the others itself. Any other
+// error applies to every delivery.
 type Nacker interface {
 	Nack(ctx context.Context, ds []*Delivery, delay time.Duration) error
 }

@@ -539,7 +539,9 @@ func retryQueue(topic, group string, d time.Duration) string {
 // acknowledged once the republish is confirmed. The republish is
 // mandatory: one the server returns, because the retry queue is gone, is
 // sent again after declaring the queue again, and fails if it is
-// returned again. A delivery whose republish failed is not acknowledged.
+// returned again. A delivery whose republish failed is not acknowledged;
+// when some of the batch were republished and others not, the error is a
+// *driver.BatchError saying which.
 func (s *sub) Nack(ctx context.Context, ds []*driver.Delivery, delay time.Duration) error {
 	if len(ds) == 0 {
 		return nil
@@ -547,31 +549,39 @@ func (s *sub) Nack(ctx context.Context, ds []*driver.Delivery, delay time.Durati
 	bucket := retryBucket(delay)
 	q := retryQueue(s.topic, s.group, bucket)
 	declare := func(ctx context.Context) error { return s.declareRetry(ctx, q, bucket) }
-	var ok []*driver.Delivery
-	var errs []error
-	for try, todo := 1, ds; len(todo) > 0; try++ {
+	results := make([]error, len(ds)) // per delivery; errNotTried until tried
+	for i := range results {
+		results[i] = errNotTried
+	}
+	todo := make([]int, len(ds)) // indexes into ds
+	for i := range todo {
+		todo[i] = i
+	}
+	for try := 1; len(todo) > 0; try++ {
 		if err := declare(ctx); err != nil {
-			errs = append(errs, err)
+			for _, i := range todo {
+				results[i] = err
+			}
 			break
 		}
 		b := &pbatch{errs: make([]error, len(todo)), done: make(chan struct{})}
 		pms := make([]*pmsg, len(todo))
-		for i, d := range todo {
-			pms[i] = &pmsg{key: q, mandatory: true, pub: encode(&d.Message, true, d.Attempt+1, true), declare: declare, b: b, i: i}
+		for j, i := range todo {
+			d := ds[i]
+			pms[j] = &pmsg{key: q, mandatory: true, pub: encode(&d.Message, true, d.Attempt+1, true), declare: declare, b: b, i: j}
 		}
 		if err := s.c.publisher.publish(ctx, q, pms, b, true); err != nil {
-			errs = append(errs, err)
+			for _, i := range todo {
+				results[i] = err
+			}
 			break
 		}
-		var again []*driver.Delivery
-		for i, err := range b.errs {
-			switch {
-			case err == nil:
-				ok = append(ok, todo[i])
-			case try == 1 && errors.Is(err, ErrUnroutable):
-				again = append(again, todo[i])
-			default:
-				errs = append(errs, err)
+		var again []int
+		for j, err := range b.errs {
+			i := todo[j]
+			results[i] = err
+			if err != nil && try == 1 && errors.Is(err, ErrUnroutable) {
+				again = append(again, i)
 			}
 		}
 		if len(again) > 0 {
@@ -579,12 +589,31 @@ func (s *sub) Nack(ctx context.Context, ds []*driver.Delivery, delay time.Durati
 		}
 		todo = again
 	}
-	ackErr := s.Ack(ctx, ok)
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("rabbitbus: nack %q group %q: %d of %d not requeued: %w", s.topic, s.group, len(ds)-len(ok), len(ds), err)
+	var ok []*driver.Delivery
+	failed := 0
+	for i, err := range results {
+		if err == nil {
+			ok = append(ok, ds[i])
+		} else {
+			failed++
+			results[i] = fmt.Errorf("rabbitbus: nack %q group %q: not requeued: %w", s.topic, s.group, err)
+		}
 	}
-	return ackErr
+	// An acknowledgement that fails leaves the original with the server,
+	// which delivers it again: a duplicate of the republished copy, never
+	// a loss. The republish counts.
+	_ = s.Ack(ctx, ok)
+	switch {
+	case failed == 0:
+		return nil
+	case failed == len(ds):
+		return results[0]
+	}
+	return &driver.BatchError{Errs: results}
 }
+
+// errNotTried marks a delivery of a Nack whose republish never started.
+var errNotTried = errors.New("not tried")
 
 // declareRetry declares q, the group's retry queue for delay bucket: a
 // queue with that message TTL that dead-letters into the group's queue.
