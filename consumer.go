@@ -393,14 +393,8 @@ func (k *Consumer) Scale(ctx context.Context, n int) error {
 }
 
 // backoff returns the delay before retry number attempt (1-based).
-func (c *consumerConfig) backoff(attempt int, rnd func() float64) time.Duration {
-	d := c.backoffMin
-	for i := 1; i < attempt && d < c.backoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, c.backoffMax)
-	// Jitter: a uniform delay in [d/2, d].
-	return d/2 + time.Duration(rnd()*float64(d/2))
+func (c *consumerConfig) backoff(attempt int) time.Duration {
+	return driver.Backoff(attempt, c.backoffMin, c.backoffMax)
 }
 
 // Capabilities reports what the consumer's transport guarantees.

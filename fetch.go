@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/omnibus-go/omnibus/driver"
@@ -107,7 +106,7 @@ func (m *member) fetchLoop(ctx context.Context) {
 				return
 			}
 			failures++
-			delay := m.k.cfg.backoff(failures, rand.Float64)
+			delay := m.k.cfg.backoff(failures)
 			m.k.logger.Warn("receive failed, retrying", "member", m.id, "err", err, "delay", delay)
 			select {
 			case <-time.After(delay):
@@ -138,7 +137,7 @@ func (m *member) fetchLoop(ctx context.Context) {
 func (m *member) wakeFetchLocked() {
 	if m.fetchIdle && m.room().Count > 0 {
 		m.fetchIdle = false
-		signal(m.roomCh)
+		driver.Notify(m.roomCh)
 	}
 }
 
@@ -214,7 +213,7 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	case s.parked:
 		m.waiting++
 	case s.wake != nil:
-		signal(s.wake)
+		driver.Notify(s.wake)
 	}
 }
 

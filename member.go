@@ -183,13 +183,6 @@ func (m *member) start() {
 	go m.settleLoop()
 }
 
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 func (m *member) emit(e Event) {
 	if fn := m.k.cfg.observer; fn != nil {
 		e.Topic, e.Group, e.Member = m.k.topic, m.k.cfg.group, m.id
@@ -209,7 +202,7 @@ func (m *member) shutdown(ctx context.Context) (int, error) {
 	for _, l := range m.lanes {
 		for _, s := range l.slots {
 			if s.wake != nil {
-				signal(s.wake) // flush a batch waiting to fill
+				driver.Notify(s.wake) // flush a batch waiting to fill
 			}
 		}
 	}

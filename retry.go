@@ -10,7 +10,6 @@ package omnibus
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -115,9 +114,9 @@ func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
 	}
 	var delay time.Duration
 	if keep[0].dead {
-		delay = cfg.backoff(keep[0].deadTries, rand.Float64)
+		delay = cfg.backoff(keep[0].deadTries)
 	} else {
-		delay = cfg.backoff(keep[0].attempts, rand.Float64)
+		delay = cfg.backoff(keep[0].attempts)
 	}
 	for _, e := range keep {
 		if !e.dead {
@@ -177,7 +176,7 @@ func (m *member) nack(failed []*entry) (nacked, rest []*entry) {
 	for i, e := range failed {
 		ds[i] = e.d
 	}
-	delay := m.k.cfg.backoff(failed[0].base+failed[0].attempts, rand.Float64)
+	delay := m.k.cfg.backoff(failed[0].base + failed[0].attempts)
 	err := m.nacker.Nack(m.ctx, ds, delay)
 	var be *driver.BatchError
 	switch {

@@ -9,6 +9,8 @@ package omnibus
 import (
 	"context"
 	"time"
+
+	"github.com/omnibus-go/omnibus/driver"
 )
 
 // Claimed implements driver.Lanes.
@@ -155,7 +157,7 @@ func (m *member) dropQueuedLocked(l *lane) {
 			m.wg.Done() // the timer will not fire
 		}
 		if s.wake != nil {
-			signal(s.wake)
+			driver.Notify(s.wake)
 		}
 	}
 	for _, s := range l.slots {

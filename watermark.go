@@ -48,7 +48,7 @@ func (m *member) ackLocked(e *entry) {
 		l.settled.Add(1)
 		m.acks = append(m.acks, e.d)
 		if len(m.acks) == 1 { // the settle loop takes them all at once
-			signal(m.settleCh)
+			driver.Notify(m.settleCh)
 		}
 		return
 	}
@@ -67,7 +67,7 @@ func (m *member) ackLocked(e *entry) {
 	}
 	if advanced {
 		m.wakeFetchLocked() // the watermark bound may have held it
-		signal(m.settleCh)
+		driver.Notify(m.settleCh)
 	}
 }
 
