@@ -391,6 +391,12 @@ func newSub(c *conn, topic string, ref *streamRef, opts driver.SubscribeOptions)
 	}
 }
 
+// pullExpiry is how long a pull request waits on the server. The pull
+// iterator learns of a request the server dropped without a word (one
+// that reached a consumer being deleted: "no responders") only when
+// heartbeats stop, after pullExpiry; nats.go's default is 30s.
+const pullExpiry = 5 * time.Second
+
 // messages starts a pull on cons, sized to the engine's bounds: at most
 // MaxInFlight messages buffered, and requests of at most MaxInFlightBytes
 // (never less than the largest message the server accepts, which would
@@ -398,7 +404,7 @@ func newSub(c *conn, topic string, ref *streamRef, opts driver.SubscribeOptions)
 // group.
 func (s *sub) messages(cons jetstream.Consumer) (jetstream.MessagesContext, error) {
 	n := max(1, s.opts.MaxInFlight)
-	opts := []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(n)}
+	opts := []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(n), jetstream.PullExpiry(pullExpiry)}
 	if b := s.opts.MaxInFlightBytes; b > 0 {
 		opts[0] = jetstream.PullMaxMessagesWithBytesLimit(n, max(b, int(s.c.nc.MaxPayload())+4096))
 	}
