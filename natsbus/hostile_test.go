@@ -30,6 +30,28 @@ func servers(t *testing.T) map[string]string {
 	}
 }
 
+// onServers runs test on each of the servers, with a context that ends
+// after timeout.
+func onServers(t *testing.T, timeout time.Duration, test func(t *testing.T, ctx context.Context, base string)) {
+	for name, base := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			test(t, ctx, base)
+		})
+	}
+}
+
+// newTopic creates a topic of parts lanes for the test.
+func newTopic(ctx context.Context, t testing.TB, c *omnibus.Client, base string, parts int) string {
+	t.Helper()
+	topic := topicName(t, base)
+	if err := c.CreateTopic(ctx, topic, parts); err != nil {
+		t.Fatal(err)
+	}
+	return topic
+}
+
 // rawJetStream opens rawURL with natsbus and returns a jetstream handle on
 // the same server, for what a test does behind the group's back.
 func rawJetStream(t testing.TB, rawURL string) jetstream.JetStream {
@@ -129,10 +151,7 @@ func TestMissingConsumer(t *testing.T) {
 					u := withParams(base, tt.params)
 					c := open(t, u)
 					js := rawJetStream(t, u)
-					topic := topicName(t, base)
-					if err := c.CreateTopic(ctx, topic, tt.parts); err != nil {
-						t.Fatal(err)
-					}
+					topic := newTopic(ctx, t, c, base, tt.parts)
 					col := newCollector()
 					k, err := c.Subscribe(ctx, topic, col.handle, omnibus.Group("g"))
 					if err != nil {
@@ -218,55 +237,48 @@ func (o *strictOrder) unique() int {
 // message is handled once, in order: what the pull holds gets in-progress
 // signals, and a copy the server redelivers anyway is dropped.
 func TestSlowHandlerKeepsKeyOrder(t *testing.T) {
-	for name, base := range servers(t) {
-		t.Run(name, func(t *testing.T) {
-			const n = 120
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			u := withParams(base, "partitions=4&ack_wait=1s&lease_ttl=2s&rebalance_interval=100ms")
-			c := open(t, u)
-			topic := topicName(t, base)
-			if err := c.CreateTopic(ctx, topic, 4); err != nil {
-				t.Fatal(err)
-			}
-			var ms []*omnibus.Message
-			for i := 1; i <= n; i++ {
-				ms = append(ms, &omnibus.Message{Key: "k", Headers: map[string]string{"seq": strconv.Itoa(i)}, Body: []byte("x")})
-			}
-			if err := c.Publish(ctx, topic, ms...); err != nil {
-				t.Fatal(err)
-			}
-			o := newStrictOrder()
-			k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
-				seq, err := o.begin(m)
-				if err != nil {
-					return err
-				}
-				time.Sleep(40 * time.Millisecond)
-				o.done(m, seq)
-				return nil
-			}, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest), omnibus.MaxInFlight(2), omnibus.Order(omnibus.OrderKey))
+	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		const n = 120
+		u := withParams(base, "partitions=4&ack_wait=1s&lease_ttl=2s&rebalance_interval=100ms")
+		c := open(t, u)
+		topic := newTopic(ctx, t, c, base, 4)
+		var ms []*omnibus.Message
+		for i := 1; i <= n; i++ {
+			ms = append(ms, &omnibus.Message{Key: "k", Headers: map[string]string{"seq": strconv.Itoa(i)}, Body: []byte("x")})
+		}
+		if err := c.Publish(ctx, topic, ms...); err != nil {
+			t.Fatal(err)
+		}
+		o := newStrictOrder()
+		k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+			seq, err := o.begin(m)
 			if err != nil {
-				t.Fatal(err)
+				return err
 			}
-			run(t, k)
-			eventually(t, time.Minute, func() error {
-				if got := o.unique(); got < n {
-					return fmt.Errorf("handled %d of %d", got, n)
-				}
-				return nil
-			})
-			// A redelivery comes ack_wait after its delivery: watch for
-			// one that long after the last message.
-			time.Sleep(1500 * time.Millisecond)
-			o.mu.Lock()
-			defer o.mu.Unlock()
-			t.Logf("%d deliveries of %d messages, %d went back to an older message", o.deliveries, n, o.backs)
-			if o.backs > 0 {
-				t.Errorf("%d deliveries went back to an older message, first: %s", o.backs, o.first)
+			time.Sleep(40 * time.Millisecond)
+			o.done(m, seq)
+			return nil
+		}, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest), omnibus.MaxInFlight(2), omnibus.Order(omnibus.OrderKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, k)
+		eventually(t, time.Minute, func() error {
+			if got := o.unique(); got < n {
+				return fmt.Errorf("handled %d of %d", got, n)
 			}
+			return nil
 		})
-	}
+		// A redelivery comes ack_wait after its delivery: watch for
+		// one that long after the last message.
+		time.Sleep(1500 * time.Millisecond)
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		t.Logf("%d deliveries of %d messages, %d went back to an older message", o.deliveries, n, o.backs)
+		if o.backs > 0 {
+			t.Errorf("%d deliveries went back to an older message, first: %s", o.backs, o.first)
+		}
+	})
 }
 
 // TestLostNotBehindDrain holds a member in a lane's drain (a handler that
@@ -274,165 +286,151 @@ func TestSlowHandlerKeepsKeyOrder(t *testing.T) {
 // another lane: the engine hears of that loss at once, not after the
 // drain.
 func TestLostNotBehindDrain(t *testing.T) {
-	for name, base := range servers(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			u := withParams(base, testParams)
-			c := open(t, u)
-			js := rawJetStream(t, u)
-			topic := topicName(t, base)
-			if err := c.CreateTopic(ctx, topic, 4); err != nil {
-				t.Fatal(err)
-			}
-			// The first member's handler blocks on every message until the
-			// test ends, so whichever lane it gives up drains for as long
-			// as DrainTimeout allows.
-			release := make(chan struct{})
-			var mu sync.Mutex
-			events := map[omnibus.EventKind][]string{}
-			var lostAt time.Time
-			observe := omnibus.Observe(func(e omnibus.Event) {
-				switch e.Kind {
-				case omnibus.EventClaimed, omnibus.EventRevoked, omnibus.EventLost:
-					mu.Lock()
-					events[e.Kind] = append(events[e.Kind], e.Lanes...)
-					if e.Kind == omnibus.EventLost && lostAt.IsZero() {
-						lostAt = time.Now()
-					}
-					mu.Unlock()
-				}
-			})
-			a, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-				return nil
-			}, omnibus.Group("g"), omnibus.DrainTimeout(time.Minute), observe)
-			if err != nil {
-				t.Fatal(err)
-			}
-			run(t, a)
-			t.Cleanup(func() { close(release) }) // before a's drain: cleanups run last first
-			eventually(t, 15*time.Second, func() error {
-				if got := len(a.Stats().Lanes); got != 4 {
-					return fmt.Errorf("the first member holds %d lanes, want 4", got)
-				}
-				return nil
-			})
-			// A message on every lane: whichever the member gives up has
-			// one in flight.
-			var keys []string
-			for p := range 4 {
-				keys = append(keys, keysOn(p, 4, 1)...)
-			}
-			publishTo(t, c, topic, keys)
-			// A second member makes the first give lanes up, one at a
-			// time: the first release drains until the test ends.
-			b, err := open(t, u).Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil },
-				omnibus.Group("g"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			run(t, b)
-			time.Sleep(time.Second) // the rebalance starts and the first drain blocks
-			mu.Lock()
-			revoked := len(events[omnibus.EventRevoked])
-			mu.Unlock()
-			if revoked != 0 {
-				t.Fatalf("a lane was revoked (%d) although its handler never returns", revoked)
-			}
-			// Take a lease of the first member away behind its back: the
-			// bucket forgets it, and the second member may claim it.
-			kv, err := js.KeyValue(ctx, natsbus.LeaseBucket(topic, "g"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var victim string
-			for p := range 4 {
-				key := "p." + strconv.Itoa(p)
-				if e, err := kv.Get(ctx, key); err == nil && len(e.Value()) > 0 {
-					if err := kv.Purge(ctx, key); err != nil {
-						t.Fatal(err)
-					}
-					victim = strconv.Itoa(p)
-					break
-				}
-			}
-			if victim == "" {
-				t.Fatal("no lease found")
-			}
-			taken := time.Now()
-			deadline := taken.Add(10 * time.Second)
-			for time.Now().Before(deadline) {
+	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		u := withParams(base, testParams)
+		c := open(t, u)
+		js := rawJetStream(t, u)
+		topic := newTopic(ctx, t, c, base, 4)
+		// The first member's handler blocks on every message until the
+		// test ends, so whichever lane it gives up drains for as long
+		// as DrainTimeout allows.
+		release := make(chan struct{})
+		var mu sync.Mutex
+		events := map[omnibus.EventKind][]string{}
+		var lostAt time.Time
+		observe := omnibus.Observe(func(e omnibus.Event) {
+			switch e.Kind {
+			case omnibus.EventClaimed, omnibus.EventRevoked, omnibus.EventLost:
 				mu.Lock()
-				at := lostAt
-				mu.Unlock()
-				if !at.IsZero() {
-					t.Logf("lane %s lost %v after its lease was taken", victim, at.Sub(taken).Round(time.Millisecond))
-					return
+				events[e.Kind] = append(events[e.Kind], e.Lanes...)
+				if e.Kind == omnibus.EventLost && lostAt.IsZero() {
+					lostAt = time.Now()
 				}
-				time.Sleep(20 * time.Millisecond)
+				mu.Unlock()
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("the engine did not hear of the lost lease of lane %s within 10s (events %v)", victim, events)
 		})
-	}
+		a, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}, omnibus.Group("g"), omnibus.DrainTimeout(time.Minute), observe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, a)
+		t.Cleanup(func() { close(release) }) // before a's drain: cleanups run last first
+		eventually(t, 15*time.Second, func() error {
+			if got := len(a.Stats().Lanes); got != 4 {
+				return fmt.Errorf("the first member holds %d lanes, want 4", got)
+			}
+			return nil
+		})
+		// A message on every lane: whichever the member gives up has
+		// one in flight.
+		var keys []string
+		for p := range 4 {
+			keys = append(keys, keysOn(p, 4, 1)...)
+		}
+		publishTo(t, c, topic, keys)
+		// A second member makes the first give lanes up, one at a
+		// time: the first release drains until the test ends.
+		b, err := open(t, u).Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil },
+			omnibus.Group("g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, b)
+		time.Sleep(time.Second) // the rebalance starts and the first drain blocks
+		mu.Lock()
+		revoked := len(events[omnibus.EventRevoked])
+		mu.Unlock()
+		if revoked != 0 {
+			t.Fatalf("a lane was revoked (%d) although its handler never returns", revoked)
+		}
+		// Take a lease of the first member away behind its back: the
+		// bucket forgets it, and the second member may claim it.
+		kv, err := js.KeyValue(ctx, natsbus.LeaseBucket(topic, "g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var victim string
+		for p := range 4 {
+			key := "p." + strconv.Itoa(p)
+			if e, err := kv.Get(ctx, key); err == nil && len(e.Value()) > 0 {
+				if err := kv.Purge(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+				victim = strconv.Itoa(p)
+				break
+			}
+		}
+		if victim == "" {
+			t.Fatal("no lease found")
+		}
+		taken := time.Now()
+		deadline := taken.Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			at := lostAt
+			mu.Unlock()
+			if !at.IsZero() {
+				t.Logf("lane %s lost %v after its lease was taken", victim, at.Sub(taken).Round(time.Millisecond))
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the engine did not hear of the lost lease of lane %s within 10s (events %v)", victim, events)
+	})
 }
 
 // TestCloseLeavesNoLease closes members right after Subscribe, while they
 // may be claiming partitions: none of their leases may outlive Close.
 func TestCloseLeavesNoLease(t *testing.T) {
-	for name, base := range servers(t) {
-		t.Run(name, func(t *testing.T) {
-			const tries = 20
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			// The default lease_ttl, so that a lease left behind is still
-			// there when the test looks.
-			u := withParams(base, "partitions=4&rebalance_interval=10ms")
-			c := open(t, u)
-			js := rawJetStream(t, u)
-			topic := topicName(t, base)
-			if err := c.CreateTopic(ctx, topic, 4); err != nil {
+	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		const tries = 20
+		// The default lease_ttl, so that a lease left behind is still
+		// there when the test looks.
+		u := withParams(base, "partitions=4&rebalance_interval=10ms")
+		c := open(t, u)
+		js := rawJetStream(t, u)
+		topic := newTopic(ctx, t, c, base, 4)
+		leaked := 0
+		for i := range tries {
+			group := "g" + strconv.Itoa(i)
+			k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil }, omnibus.Group(group))
+			if err != nil {
 				t.Fatal(err)
 			}
-			leaked := 0
-			for i := range tries {
-				group := "g" + strconv.Itoa(i)
-				k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil }, omnibus.Group(group))
-				if err != nil {
-					t.Fatal(err)
-				}
-				// The member's balancer claims partitions from here on.
-				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
-				if err := k.Close(); err != nil {
-					t.Fatal(err)
-				}
-				kv, err := js.KeyValue(ctx, natsbus.LeaseBucket(topic, group))
-				if err != nil {
-					t.Fatal(err)
-				}
-				keys, err := kv.ListKeysFiltered(ctx, "p.>")
-				if err != nil {
-					t.Fatal(err)
-				}
-				var left []string
-				for key := range keys.Keys() {
-					left = append(left, key)
-				}
-				if len(left) > 0 {
-					leaked++
-					t.Logf("try %d: leases %v left after Close", i, left)
-				}
+			// The member's balancer claims partitions from here on.
+			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+			if err := k.Close(); err != nil {
+				t.Fatal(err)
 			}
-			if leaked > 0 {
-				t.Fatalf("%d of %d closed members left leases behind", leaked, tries)
+			kv, err := js.KeyValue(ctx, natsbus.LeaseBucket(topic, group))
+			if err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
+			keys, err := kv.ListKeysFiltered(ctx, "p.>")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var left []string
+			for key := range keys.Keys() {
+				left = append(left, key)
+			}
+			if len(left) > 0 {
+				leaked++
+				t.Logf("try %d: leases %v left after Close", i, left)
+			}
+		}
+		if leaked > 0 {
+			t.Fatalf("%d of %d closed members left leases behind", leaked, tries)
+		}
+	})
 }
 
 // TestShutdownHandsBack has two members of an unpartitioned group share a
@@ -440,67 +438,60 @@ func TestCloseLeavesNoLease(t *testing.T) {
 // handled goes back at once, so the other member gets everything well
 // before ack_wait (30s) could bring it back.
 func TestShutdownHandsBack(t *testing.T) {
-	for name, base := range servers(t) {
-		t.Run(name, func(t *testing.T) {
-			const n = 3000
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			c := open(t, base)
-			topic := topicName(t, base)
-			if err := c.CreateTopic(ctx, topic, 1); err != nil {
+	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		const n = 3000
+		c := open(t, base)
+		topic := newTopic(ctx, t, c, base, 1)
+		col := newCollector()
+		slow := func(ctx context.Context, m *omnibus.Message) error {
+			time.Sleep(time.Millisecond)
+			return col.handle(ctx, m)
+		}
+		var ks []*omnibus.Consumer
+		for range 2 {
+			k, err := open(t, base).Subscribe(ctx, topic, slow, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest),
+				omnibus.Order(omnibus.OrderNone), omnibus.MaxInFlight(64))
+			if err != nil {
 				t.Fatal(err)
 			}
-			col := newCollector()
-			slow := func(ctx context.Context, m *omnibus.Message) error {
-				time.Sleep(time.Millisecond)
-				return col.handle(ctx, m)
+			ks = append(ks, k)
+		}
+		ids := publishN(t, c, topic, n, 16)
+		start := time.Now()
+		run(t, ks[1])
+		kctx, kcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- ks[0].Run(kctx) }()
+		defer kcancel()
+		eventually(t, time.Minute, func() error {
+			if got := col.unique(); got < n/3 {
+				return fmt.Errorf("handled %d of %d", got, n)
 			}
-			var ks []*omnibus.Consumer
-			for range 2 {
-				k, err := open(t, base).Subscribe(ctx, topic, slow, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest),
-					omnibus.Order(omnibus.OrderNone), omnibus.MaxInFlight(64))
-				if err != nil {
-					t.Fatal(err)
-				}
-				ks = append(ks, k)
-			}
-			ids := publishN(t, c, topic, n, 16)
-			start := time.Now()
-			run(t, ks[1])
-			kctx, kcancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- ks[0].Run(kctx) }()
-			defer kcancel()
-			eventually(t, time.Minute, func() error {
-				if got := col.unique(); got < n/3 {
-					return fmt.Errorf("handled %d of %d", got, n)
-				}
-				return nil
-			})
-			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-			defer scancel()
-			if err := ks[0].Shutdown(sctx); err != nil {
-				t.Fatalf("Shutdown: %v", err)
-			}
-			if err := <-done; err != nil && !errors.Is(err, omnibus.ErrClosed) {
-				t.Fatalf("Run: %v", err)
-			}
-			deadline := time.Now().Add(20 * time.Second)
-			for len(col.missing(ids)) > 0 && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if m := col.missing(ids); len(m) > 0 {
-				var state string
-				if cons, err := rawJetStream(t, base).Consumer(ctx, topic, "g"); err == nil {
-					ci := cons.CachedInfo()
-					state = fmt.Sprintf("pending %d, ack pending %d, waiting %d, redelivered %d, ack floor %d, delivered %d",
-						ci.NumPending, ci.NumAckPending, ci.NumWaiting, ci.NumRedelivered, ci.AckFloor.Stream, ci.Delivered.Stream)
-				}
-				t.Fatalf("%d of %d arrived within %v of the start; %d wait for ack_wait (consumer: %s)", n-len(m), n, time.Since(start).Round(time.Millisecond), len(m), state)
-			}
-			t.Logf("all %d arrived %v after the start", n, time.Since(start).Round(time.Millisecond))
+			return nil
 		})
-	}
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		defer scancel()
+		if err := ks[0].Shutdown(sctx); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		if err := <-done; err != nil && !errors.Is(err, omnibus.ErrClosed) {
+			t.Fatalf("Run: %v", err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for len(col.missing(ids)) > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if m := col.missing(ids); len(m) > 0 {
+			var state string
+			if cons, err := rawJetStream(t, base).Consumer(ctx, topic, "g"); err == nil {
+				ci := cons.CachedInfo()
+				state = fmt.Sprintf("pending %d, ack pending %d, waiting %d, redelivered %d, ack floor %d, delivered %d",
+					ci.NumPending, ci.NumAckPending, ci.NumWaiting, ci.NumRedelivered, ci.AckFloor.Stream, ci.Delivered.Stream)
+			}
+			t.Fatalf("%d of %d arrived within %v of the start; %d wait for ack_wait (consumer: %s)", n-len(m), n, time.Since(start).Round(time.Millisecond), len(m), state)
+		}
+		t.Logf("all %d arrived %v after the start", n, time.Since(start).Round(time.Millisecond))
+	})
 }
 
 // TestStalePullRequest leaves a pull request on a partition's consumer,
@@ -510,74 +501,67 @@ func TestShutdownHandsBack(t *testing.T) {
 // on an older one the message it takes comes back after ack_wait, behind
 // newer ones.
 func TestStalePullRequest(t *testing.T) {
-	for name, base := range servers(t) {
-		t.Run(name, func(t *testing.T) {
-			const n = 20
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			u := withParams(base, "partitions=4&lease_ttl=2s&rebalance_interval=100ms&ack_wait=2s")
-			c := open(t, u)
-			js := rawJetStream(t, u)
-			topic := topicName(t, base)
-			if err := c.CreateTopic(ctx, topic, 4); err != nil {
-				t.Fatal(err)
+	onServers(t, time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		const n = 20
+		u := withParams(base, "partitions=4&lease_ttl=2s&rebalance_interval=100ms&ack_wait=2s")
+		c := open(t, u)
+		js := rawJetStream(t, u)
+		topic := newTopic(ctx, t, c, base, 4)
+		o := newStrictOrder()
+		k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+			seq, err := o.begin(m)
+			if err == nil {
+				o.done(m, seq)
 			}
-			o := newStrictOrder()
-			k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
-				seq, err := o.begin(m)
-				if err == nil {
-					o.done(m, seq)
-				}
-				return err
-			}, omnibus.Group("g"), omnibus.Order(omnibus.OrderKey))
-			if err != nil {
-				t.Fatal(err)
+			return err
+		}, omnibus.Group("g"), omnibus.Order(omnibus.OrderKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, k)
+		eventually(t, 15*time.Second, func() error {
+			if got := len(k.Stats().Lanes); got != 4 {
+				return fmt.Errorf("the member holds %d lanes, want 4", got)
 			}
-			run(t, k)
-			eventually(t, 15*time.Second, func() error {
-				if got := len(k.Stats().Lanes); got != 4 {
-					return fmt.Errorf("the member holds %d lanes, want 4", got)
-				}
-				return nil
-			})
-			cons, err := js.Consumer(ctx, topic, "g_p0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			info := cons.CachedInfo()
-			pinned := info.Config.PriorityPolicy == jetstream.PriorityPolicyPinned
-			opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(5 * time.Second)}
-			if pinned {
-				opts = append(opts, jetstream.FetchPriorityGroup(info.Config.PriorityGroups[0]))
-			}
-			stale, err := cons.Fetch(1, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			key := keysOn(0, 4, 1)[0]
-			var ms []*omnibus.Message
-			for i := 1; i <= n; i++ {
-				ms = append(ms, &omnibus.Message{Key: key, Headers: map[string]string{"seq": strconv.Itoa(i)}, Body: []byte("x")})
-			}
-			if err := c.Publish(ctx, topic, ms...); err != nil {
-				t.Fatal(err)
-			}
-			stolen := 0
-			for range stale.Messages() {
-				stolen++ // never acknowledged: the previous owner froze
-			}
-			eventually(t, 30*time.Second, func() error {
-				if got := o.unique(); got < n {
-					return fmt.Errorf("handled %d of %d (%d taken by the stale pull)", got, n, stolen)
-				}
-				return nil
-			})
-			o.mu.Lock()
-			defer o.mu.Unlock()
-			t.Logf("server pins clients: %v; the stale pull took %d; %d deliveries went back to an older message", pinned, stolen, o.backs)
-			if pinned && (stolen > 0 || o.backs > 0) {
-				t.Errorf("with a pinned consumer the stale pull took %d and %d deliveries went back (first: %s)", stolen, o.backs, o.first)
-			}
+			return nil
 		})
-	}
+		cons, err := js.Consumer(ctx, topic, "g_p0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := cons.CachedInfo()
+		pinned := info.Config.PriorityPolicy == jetstream.PriorityPolicyPinned
+		opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(5 * time.Second)}
+		if pinned {
+			opts = append(opts, jetstream.FetchPriorityGroup(info.Config.PriorityGroups[0]))
+		}
+		stale, err := cons.Fetch(1, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := keysOn(0, 4, 1)[0]
+		var ms []*omnibus.Message
+		for i := 1; i <= n; i++ {
+			ms = append(ms, &omnibus.Message{Key: key, Headers: map[string]string{"seq": strconv.Itoa(i)}, Body: []byte("x")})
+		}
+		if err := c.Publish(ctx, topic, ms...); err != nil {
+			t.Fatal(err)
+		}
+		stolen := 0
+		for range stale.Messages() {
+			stolen++ // never acknowledged: the previous owner froze
+		}
+		eventually(t, 30*time.Second, func() error {
+			if got := o.unique(); got < n {
+				return fmt.Errorf("handled %d of %d (%d taken by the stale pull)", got, n, stolen)
+			}
+			return nil
+		})
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		t.Logf("server pins clients: %v; the stale pull took %d; %d deliveries went back to an older message", pinned, stolen, o.backs)
+		if pinned && (stolen > 0 || o.backs > 0) {
+			t.Errorf("with a pinned consumer the stale pull took %d and %d deliveries went back (first: %s)", stolen, o.backs, o.first)
+		}
+	})
 }

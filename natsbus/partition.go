@@ -143,22 +143,13 @@ func (c *conn) subscribePartitioned(ctx context.Context, topic string, ref *stre
 // member to create it set it), so every member agrees on it.
 func (c *conn) leaseBucket(ctx context.Context, ref *streamRef, group string) (jetstream.KeyValue, time.Duration, error) {
 	name := leaseBucket(ref.name, group)
-	kv, err := c.js.KeyValue(ctx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = c.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      name,
-			Description: "omnibus partition leases of group " + group + " on stream " + ref.name,
-			History:     1,
-			TTL:         c.cfg.leaseTTL,
-			Storage:     c.cfg.storage,
-			Replicas:    c.cfg.replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = c.js.KeyValue(ctx, name) // created concurrently
-		}
-	}
+	kv, err := c.bucket(ctx, jetstream.KeyValueConfig{
+		Bucket:      name,
+		Description: "omnibus partition leases of group " + group + " on stream " + ref.name,
+		TTL:         c.cfg.leaseTTL,
+	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("lease bucket %q: %w", name, classify(err))
+		return nil, 0, err
 	}
 	st, err := kv.Status(ctx)
 	if err != nil {

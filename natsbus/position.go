@@ -47,24 +47,31 @@ func positionKey(lane string) string { return "p." + lane }
 
 // positions opens, or creates, the bucket of group's positions on ref.
 func (c *conn) positions(ctx context.Context, ref *streamRef, group string) (*positions, error) {
-	name := positionBucket(ref.name, group)
-	kv, err := c.js.KeyValue(ctx, name)
+	kv, err := c.bucket(ctx, jetstream.KeyValueConfig{
+		Bucket:      positionBucket(ref.name, group),
+		Description: "omnibus positions of group " + group + " on stream " + ref.name,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &positions{kv: kv, created: ref.created}, nil
+}
+
+// bucket opens the KV bucket cfg names, or creates it as cfg says, with
+// history 1 and the URL's storage and replicas.
+func (c *conn) bucket(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := c.js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = c.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      name,
-			Description: "omnibus positions of group " + group + " on stream " + ref.name,
-			History:     1,
-			Storage:     c.cfg.storage,
-			Replicas:    c.cfg.replicas,
-		})
+		cfg.History, cfg.Storage, cfg.Replicas = 1, c.cfg.storage, c.cfg.replicas
+		kv, err = c.js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = c.js.KeyValue(ctx, name) // created concurrently
+			kv, err = c.js.KeyValue(ctx, cfg.Bucket) // created concurrently
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("position bucket %q: %w", name, classify(err))
+		return nil, fmt.Errorf("bucket %q: %w", cfg.Bucket, classify(err))
 	}
-	return &positions{kv: kv, created: ref.created}, nil
+	return kv, nil
 }
 
 // get returns lane's recorded position and the key's revision; ok is
