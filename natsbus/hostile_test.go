@@ -565,3 +565,30 @@ func TestStalePullRequest(t *testing.T) {
 		}
 	})
 }
+
+// TestMissingThrowawayConsumer deletes the consumer of a throwaway
+// unpartitioned group (no name, no recorded positions) while it runs:
+// nobody resumes such a group, so the subscription ends with ErrNotFound
+// rather than starting again somewhere.
+func TestMissingThrowawayConsumer(t *testing.T) {
+	onServers(t, time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		c := open(t, base)
+		js := rawJetStream(t, base)
+		topic := newTopic(ctx, t, c, base, 1)
+		k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- k.Run(ctx) }()
+		eventually(t, 10*time.Second, func() error { return js.DeleteConsumer(ctx, topic, k.Group()) })
+		select {
+		case err := <-done:
+			if !errors.Is(err, omnibus.ErrNotFound) {
+				t.Fatalf("Run: %v, want an error wrapping ErrNotFound", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Run goes on after its throwaway group's consumer was deleted")
+		}
+	})
+}

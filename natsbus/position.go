@@ -78,8 +78,8 @@ func (c *conn) bucket(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstr
 // false when there is none for this stream.
 func (p *positions) get(ctx context.Context, lane string) (next, rev uint64, ok bool, err error) {
 	e, err := p.kv.Get(ctx, positionKey(lane))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, 0, false, nil
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, 0, false, nil // the bucket deleted behind the group's back: no record
 	}
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("position bucket %q: read lane %s: %w", p.kv.Bucket(), lane, classify(err))

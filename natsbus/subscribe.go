@@ -462,6 +462,11 @@ func (s *sub) pump(r *reader) {
 			}
 			continue // when the put was cut short, r stopped: see above
 		}
+		if errors.Is(err, jetstream.ErrNoHeartbeat) && s.gone(r) {
+			// A pull on a consumer that no longer exists gets no answer
+			// at all: the heartbeats stop.
+			err = jetstream.ErrConsumerNotFound
+		}
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			notice, ferr := s.reopen(r, err)
 			if ferr == nil {
@@ -504,6 +509,14 @@ func (r *reader) replace(cons jetstream.Consumer, it jetstream.MessagesContext) 
 	if r.stopped.Load() {
 		it.Stop()
 	}
+}
+
+// gone reports whether r's consumer no longer exists.
+func (s *sub) gone(r *reader) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), pullExpiry)
+	defer cancel()
+	_, err := r.consumer().Info(ctx)
+	return errors.Is(err, jetstream.ErrConsumerNotFound)
 }
 
 // errReopened marks the notice that a deleted consumer was created again.
