@@ -79,7 +79,7 @@
 // holds with StartEarliest.
 //
 // A group also records where each of its lanes resumes, in a KV bucket
-// without TTL, "<stream>_positions_<group>" (key "p.<lane>": the sequence
+// without TTL, "<stream>_positions_<group>_<hash>" (key "p.<lane>": the sequence
 // after the consumer's ack floor, and the stream's creation time). Members
 // write it when the group is created, every 5 seconds while they read,
 // when they hand a lane over or leave, and before a reset (below); it only
@@ -95,11 +95,14 @@
 //     records is new. To start a group afresh, delete its consumers and
 //     its positions bucket.
 //   - a consumer deleted while members read it is created again the same
-//     way by the first member whose pull fails; the engine logs a warning
-//     (the Receive error "created again at the group's recorded
-//     position"), and the messages after the record are delivered again.
-//   - a record lags the consumer by up to 5 seconds of acknowledgements,
-//     which is how much is redelivered after such a re-creation.
+//     way by the first member whose pull fails (or whose pull's heartbeats
+//     stop: a pull on a deleted consumer may get no answer at all, noticed
+//     within 5 seconds); the engine logs a warning (the Receive error
+//     "created again at the group's recorded position").
+//   - a record lags the consumer by up to 5 seconds of acknowledgements:
+//     after such a re-creation, an unpartitioned group gets those messages
+//     again; a partition's reader drops its copies of what it already
+//     settled (see Partitioned mode).
 //
 // A throwaway group (one the user did not name, SubscribeOptions.Ephemeral)
 // leaves nothing behind: its last member deletes its consumers (and, when
