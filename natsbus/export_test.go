@@ -25,3 +25,6 @@ func OpenConn(ctx context.Context, rawURL string) (driver.Conn, *nats.Conn, erro
 	}
 	return c, c.(*conn).nc, nil
 }
+
+// LeaseBucket is the KV bucket of group's partition leases on topic.
+func LeaseBucket(topic, group string) string { return leaseBucket(streamName(topic), group) }

@@ -24,9 +24,9 @@ func newInbox() *inbox {
 	}
 }
 
-// put adds it, waiting while the inbox is full; false when stop or closed
-// ended the wait.
-func (q *inbox) put(it item, stop, closed <-chan struct{}) bool {
+// put adds it, waiting while the inbox is full; false when stop ended
+// the wait.
+func (q *inbox) put(it item, stop <-chan struct{}) bool {
 	for {
 		q.mu.Lock()
 		if n := len(q.items); n < inboxLen {
@@ -44,8 +44,6 @@ func (q *inbox) put(it item, stop, closed <-chan struct{}) bool {
 		select {
 		case <-q.space:
 		case <-stop:
-			return false
-		case <-closed:
 			return false
 		}
 	}

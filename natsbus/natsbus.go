@@ -269,8 +269,9 @@ type subscriber interface {
 
 // streamRef is a topic's stream as this connection knows it.
 type streamRef struct {
-	name  string
-	parts int // 0: unpartitioned (the single subject is the topic)
+	name    string
+	parts   int       // 0: unpartitioned (the single subject is the topic)
+	created time.Time // tells this stream from an earlier one of the same name
 }
 
 func open(ctx context.Context, cfg *config) (*conn, error) {
@@ -452,13 +453,14 @@ func (c *conn) stream(ctx context.Context, topic string, parts int) (*streamRef,
 			MaxAge:      c.cfg.maxAge,
 			Duplicates:  c.cfg.dupeWindow,
 		}
-		if _, err := c.js.CreateStream(ctx, sc); err != nil {
+		s, err = c.js.CreateStream(ctx, sc)
+		if err != nil {
 			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && try < 3 {
 				continue // created concurrently: read it
 			}
 			return nil, fmt.Errorf("natsbus: create stream %q for topic %q (subjects %s): %w", name, topic, strings.Join(sc.Subjects, ", "), classify(err))
 		}
-		ref = &streamRef{name: name, parts: parts}
+		ref = &streamRef{name: name, parts: parts, created: s.CachedInfo().Created}
 		break
 	}
 	c.mu.Lock()
@@ -486,7 +488,7 @@ func subjects(topic string, parts int) []string {
 // connection expects, and reads its partition count.
 func (c *conn) checkStream(topic string, info *jetstream.StreamInfo) (*streamRef, error) {
 	subs := info.Config.Subjects
-	ref := &streamRef{name: info.Config.Name}
+	ref := &streamRef{name: info.Config.Name, created: info.Created}
 	if c.cfg.partitions == 0 {
 		if len(subs) == 1 && subs[0] == topic {
 			return ref, nil
@@ -518,7 +520,7 @@ func (c *conn) grow(ctx context.Context, topic string, ref *streamRef, parts int
 		return fmt.Errorf("natsbus: create topic %q: grow to %d partitions: %w", topic, parts, classify(err))
 	}
 	c.mu.Lock()
-	c.streams[topic] = &streamRef{name: ref.name, parts: parts}
+	c.streams[topic] = &streamRef{name: ref.name, parts: parts, created: ref.created}
 	c.mu.Unlock()
 	return nil
 }
