@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
 )
 
@@ -83,7 +84,7 @@ type config struct {
 }
 
 func invalid(u *url.URL, format string, args ...any) error {
-	return fmt.Errorf("kafkabus: URL %q: %s: %w", u.Redacted(), fmt.Sprintf(format, args...), driver.ErrInvalid)
+	return fmt.Errorf("kafkabus: URL %q: %s: %w", omnibus.RedactURL(u.String()), fmt.Sprintf(format, args...), driver.ErrInvalid)
 }
 
 // parseURL reads u into a config. It rejects unknown parameters and bad
@@ -99,10 +100,10 @@ func parseURL(u *url.URL) (*config, error) {
 		return nil, invalid(u, "no broker address (want %s://host:port[,host:port...])", u.Scheme)
 	}
 	if u.Path != "" && u.Path != "/" {
-		return nil, invalid(u, "unexpected path %q", u.Path)
+		return nil, invalid(u, "unexpected path (a \"/\" in a password must be written %%2F)")
 	}
 	c := &config{
-		redacted:           u.Redacted(),
+		redacted:           omnibus.RedactURL(u.String()),
 		clientID:           DefaultClientID,
 		tls:                u.Scheme == SchemeTLS,
 		mechanism:          "PLAIN",

@@ -15,9 +15,11 @@
 //	nats://embedded[?dir=DIR&max_payload=N&...]
 //
 // User and password, or a token (user info without a password), come from
-// the URL's user info; errors never show them. The port defaults to 4222
-// and the host to 127.0.0.1. Several hosts, comma separated, are a
-// cluster's seed list. TLS is the tls parameter (or any tls_* parameter);
+// the URL's user info; errors never show them (a "/" in a token is
+// written %2F). The port defaults to 4222; the host is required:
+// nats://embedded is the one URL that names no server, and a URL without
+// a host (nats:/host, nats:host, nats://) is an error, never the local
+// server. Several hosts, comma separated, are a cluster's seed list. TLS is the tls parameter (or any tls_* parameter);
 // there is no tls:// scheme, because omnibus's schemes name transports.
 //
 // nats://embedded starts github.com/nats-io/nats-server/v2 in the process

@@ -48,18 +48,6 @@ func (a *app) open(ctx context.Context, flag string) (*omnibus.Client, error) {
 	return c, nil
 }
 
-// redacted returns raw with any password hidden.
-func redacted(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(malformed URL)"
-	}
-	if _, ok := u.User.Password(); ok {
-		return u.Redacted()
-	}
-	return raw
-}
-
 // scheme returns the scheme of raw, or raw itself when it has none.
 func scheme(raw string) string {
 	u, err := url.Parse(raw)
@@ -83,6 +71,6 @@ func isTerminal(w io.Writer) bool {
 // own result matters more.
 func (a *app) closeClient(c *omnibus.Client) {
 	if err := c.Close(); err != nil {
-		fmt.Fprintln(a.stderr, "omnibus: close:", oneLine(scrub(err.Error(), a.rawURL)))
+		fmt.Fprintln(a.stderr, "omnibus: close:", oneLine(omnibus.Redact(err.Error(), a.rawURL)))
 	}
 }

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"strings"
 
+	"github.com/omnibus-go/omnibus"
 	"github.com/spf13/cobra"
 )
 
@@ -73,7 +73,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 	case errors.As(err, &ue) || !started:
 		code = exitUsage
 	}
-	msg := oneLine(scrub(err.Error(), a.rawURL))
+	msg := oneLine(omnibus.Redact(err.Error(), a.rawURL))
 	if code == exitUsage && !strings.Contains(msg, "--help") {
 		msg += " (see omnibus --help)"
 	}
@@ -112,36 +112,4 @@ Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
 func oneLine(s string) string {
 	s = strings.TrimSpace(s)
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ; ")), " ")
-}
-
-// scrub hides the password of raw wherever it appears in msg: omnibus
-// errors are already redacted, but a transport's client library might not
-// be.
-func scrub(msg, raw string) string {
-	if raw == "" {
-		return msg
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		// Unparseable: hide whatever sits between "user:" and "@".
-		if _, rest, ok := strings.Cut(raw, "://"); ok {
-			if at := strings.LastIndex(rest, "@"); at > 0 {
-				if _, pass, ok := strings.Cut(rest[:at], ":"); ok && pass != "" {
-					msg = strings.ReplaceAll(msg, pass, "xxxxx")
-				}
-			}
-		}
-		return msg
-	}
-	if pass, ok := u.User.Password(); ok && pass != "" {
-		msg = strings.ReplaceAll(msg, raw, u.Redacted())
-		msg = strings.ReplaceAll(msg, pass, "xxxxx")
-		if esc := url.QueryEscape(pass); esc != pass {
-			msg = strings.ReplaceAll(msg, esc, "xxxxx")
-		}
-		if esc := url.PathEscape(pass); esc != pass {
-			msg = strings.ReplaceAll(msg, esc, "xxxxx")
-		}
-	}
-	return msg
 }
