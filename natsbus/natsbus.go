@@ -300,7 +300,13 @@ func open(ctx context.Context, cfg *config) (*conn, error) {
 		}
 		c.srv = s
 		serverURL = s.URL()
-		opts = append(opts, nats.InProcessServer(s.srv))
+		if srv := s.NATSServer(); srv != nil {
+			opts = append(opts, nats.InProcessServer(srv))
+		} else {
+			// Another process runs the directory's server; when it ends,
+			// the dialer starts one here (see Server).
+			opts = append(opts, nats.SetCustomDialer(dialer{s}))
+		}
 	} else {
 		serverURL = strings.Join(cfg.servers, ",")
 		if cfg.user != nil {
@@ -344,6 +350,11 @@ func open(ctx context.Context, cfg *config) (*conn, error) {
 	select {
 	case r := <-done:
 		if r.err != nil {
+			if c.srv != nil && c.srv.NATSServer() == nil {
+				pid, url := c.srv.owner()
+				return fail(fmt.Errorf("natsbus: connect %s: the embedded server of %q runs in process %d, at %s: %w",
+					cfg.redacted, c.srv.dir, pid, url, r.err))
+			}
 			return fail(fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, r.err))
 		}
 		c.nc = r.nc

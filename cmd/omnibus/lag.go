@@ -132,6 +132,7 @@ func (a *app) lag(ctx context.Context, o lagOptions) error {
 		return err
 	}
 	defer a.closeClient(c)
+	a.noteProcessLocal()
 	src, closeSrc, err := a.lagSource(ctx, c)
 	if err != nil {
 		return err

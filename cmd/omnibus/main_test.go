@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,27 @@ import (
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
 )
+
+// asCLI, set in a child process's environment, makes the test binary
+// run the omnibus command line (its arguments) instead of the tests.
+const asCLI = "OMNIBUS_TEST_AS_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asCLI) != "" {
+		os.Exit(runMain(os.Args[1:]))
+	}
+	// Commands run in-process on the default URL keep their data in a
+	// directory of the tests', not in the user's.
+	dir, err := os.MkdirTemp("", "omnibus-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_DATA_HOME", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // result is what one in-process run of the command produced.
 type result struct {
@@ -61,14 +83,18 @@ func wantCode(t testing.TB, r result, code int) {
 	}
 }
 
-// wantOneLineError checks the error contract: one line on stderr, naming
-// want, never showing secret.
+// wantOneLineError checks the error contract: one line on stderr (after
+// any notes), naming want, never showing secret.
 func wantOneLineError(t testing.TB, r result, want, secret string) {
 	t.Helper()
-	if n := strings.Count(r.stderr, "\n"); n != 1 || !strings.HasSuffix(r.stderr, "\n") {
+	stderr := r.stderr
+	for strings.HasPrefix(stderr, "omnibus: note: ") {
+		_, stderr, _ = strings.Cut(stderr, "\n")
+	}
+	if n := strings.Count(stderr, "\n"); n != 1 || !strings.HasSuffix(stderr, "\n") {
 		t.Errorf("stderr has %d lines, want 1:\n%s", n, r.stderr)
 	}
-	if !strings.HasPrefix(r.stderr, "omnibus: ") {
+	if !strings.HasPrefix(stderr, "omnibus: ") {
 		t.Errorf("stderr = %q, want it to start with \"omnibus: \"", r.stderr)
 	}
 	if !strings.Contains(r.stderr, want) {

@@ -48,6 +48,15 @@ func (a *app) open(ctx context.Context, flag string) (*omnibus.Client, error) {
 	return c, nil
 }
 
+// noteProcessLocal says, for a transport that lives inside the process
+// (mem://), that what the command sends or reads ends with it: commands
+// that hand messages to other commands (send, tail, lag) call it.
+func (a *app) noteProcessLocal() {
+	if scheme(a.rawURL) == "mem" {
+		fmt.Fprintln(a.stderr, "omnibus: note: mem:// lives only in this process: its messages are gone when the command ends (the default URL keeps them, for the next command)")
+	}
+}
+
 // scheme returns the scheme of raw, or raw itself when it has none.
 func scheme(raw string) string {
 	u, err := url.Parse(raw)

@@ -87,13 +87,17 @@ func (a *app) rootCmd() *cobra.Command {
 		Short: "Send, tail, measure and demonstrate messaging on any omnibus transport",
 		Long: `omnibus speaks one messaging API over brokers and logs. Point it at a
 transport by URL (--url, or the OMNIBUS_URL environment variable); with
-neither it uses the embedded default, so nothing needs to be installed.
+neither it uses the embedded default, so nothing needs to be installed: a
+NATS JetStream server inside the command, keeping its data in
+$XDG_DATA_HOME/omnibus/nats (else ~/.local/share/omnibus/nats), shared
+by the omnibus commands running at the same time. mem:// lives inside
+one command only.
 
 Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
 		Example: `  omnibus demo
   omnibus demo --url mem://
   echo hello | omnibus send --topic greetings
-  omnibus tail --topic greetings --max 10 --json
+  omnibus tail --topic greetings --from earliest --max 1 --json
   omnibus lag --topic orders --group billing --watch
   omnibus bench --count 20000 --size 1024 --json`,
 		SilenceErrors: true,
@@ -104,7 +108,7 @@ Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.benchCmd(), a.demoCmd(), a.versionCmd())
+	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.benchCmd(), a.demoCmd(), a.serverCmd(), a.versionCmd())
 	return root
 }
 

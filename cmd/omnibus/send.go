@@ -101,6 +101,7 @@ func (a *app) send(ctx context.Context, cmd *cobra.Command, o sendOptions) error
 		return err
 	}
 	defer a.closeClient(c)
+	a.noteProcessLocal()
 
 	st := &sendStats{start: time.Now()}
 	bar := newProgress(a.stderr, o.count)
