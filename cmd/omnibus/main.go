@@ -24,7 +24,7 @@
 //	0    success
 //	1    the command failed (one line on standard error says why)
 //	2    bad usage: an unknown command or flag, a missing or invalid value
-//	130  interrupted (Ctrl-C) during bench or demo
+//	130  interrupted (Ctrl-C) during send, bench or demo
 //
 // Error messages never show a URL's password.
 package main

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -113,4 +114,31 @@ func (leaky) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
 	return nil, fmt.Errorf("dial %s: connection refused (password %s)", u.String(), func() string { p, _ := u.User.Password(); return p }())
 }
 
-func init() { omnibus.Register("leaky", leaky{}) }
+// dropping is mem:// whose connection drops after its first two
+// publishes: every later publish fails with an error that ends send.
+type dropping struct{}
+
+func (dropping) Open(ctx context.Context, u *url.URL) (driver.Conn, error) {
+	c, err := omnibus.Open(ctx, "mem://"+u.Host)
+	if err != nil {
+		return nil, err
+	}
+	return &droppingConn{Conn: c.Driver()}, nil
+}
+
+type droppingConn struct {
+	driver.Conn
+	calls int
+}
+
+func (c *droppingConn) Publish(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions) error {
+	if c.calls++; c.calls > 2 {
+		return errors.New("connection reset by peer")
+	}
+	return c.Conn.Publish(ctx, topic, msgs, opts)
+}
+
+func init() {
+	omnibus.Register("leaky", leaky{})
+	omnibus.Register("dropping", dropping{})
+}

@@ -41,7 +41,7 @@ func usagef(format string, args ...any) error {
 	return &usageError{fmt.Errorf(format, args...)}
 }
 
-// errInterrupted reports that Ctrl-C stopped bench or demo (exit 130).
+// errInterrupted reports that Ctrl-C stopped send, bench or demo (exit 130).
 var errInterrupted = errors.New("interrupted")
 
 // errSilent is a failure whose explanation the command already printed.
