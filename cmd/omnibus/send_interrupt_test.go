@@ -41,7 +41,9 @@ func natsTopic(t testing.TB) (url, topic string, count held) {
 		return fn(ctx, j, stream)
 	}
 	t.Cleanup(func() {
-		_ = js(t, func(ctx context.Context, j jetstream.JetStream, stream string) error { return j.DeleteStream(ctx, stream) })
+		_ = js(t, func(ctx context.Context, j jetstream.JetStream, stream string) error {
+			return j.DeleteStream(ctx, stream)
+		})
 	})
 	return url, topic, func(t testing.TB) int {
 		n := 0
