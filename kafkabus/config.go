@@ -29,6 +29,10 @@ const (
 	DefaultDLQSuffix       = ".dlq"
 )
 
+// metadataMinAge is the least time between two metadata requests of a
+// client (Kafka's Java clients wait retry.backoff.ms, 100ms).
+const metadataMinAge = 100 * time.Millisecond
+
 // Values of the create_topics parameter.
 const (
 	CreateNone = "none" // never create a topic on first use
@@ -244,7 +248,10 @@ func (c *config) clientOpts() ([]kgo.Opt, error) {
 		kgo.ClientID(c.clientID),
 		kgo.DialTimeout(c.dialTimeout),
 		kgo.MetadataMaxAge(c.metadataMaxAge),
-		kgo.MetadataMinAge(min(c.metadataMaxAge, 5*time.Second)),
+		// A refresh may follow the one before after metadataMinAge: a
+		// topic created on first use is produced to at once, not after
+		// franz-go's default of 5s.
+		kgo.MetadataMinAge(min(c.metadataMaxAge, metadataMinAge)),
 		kgo.RetryTimeout(c.requestTimeout),
 	}
 	if c.tls {
