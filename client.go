@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,7 +79,9 @@ func WithLogger(l *slog.Logger) Option {
 // Open connects to the transport named by rawURL, whose scheme selects a
 // registered driver. The query parameter durability (none | leader | all)
 // is read here for every transport; the driver rejects any other
-// parameter it does not know. Errors never show the URL's password.
+// parameter it does not know. A URL without a host part (scheme:opaque or
+// scheme:/path) is refused before any driver sees it. Errors never show
+// the URL's credentials (see [RedactURL]).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	u, portable, err := parseURL(rawURL)
 	if err != nil {
@@ -91,7 +94,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	if v := portable.Get("durability"); v != "" {
 		dur, err := ParseDurability(v)
 		if err != nil {
-			return nil, fmt.Errorf("omnibus: URL %q: %w", u.Redacted(), err)
+			return nil, fmt.Errorf("omnibus: URL %q: %w", RedactURL(rawURL), err)
 		}
 		opts = append([]Option{WithDurability(dur)}, opts...)
 	}
@@ -101,9 +104,17 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	}
 	conn, err := d.Open(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("omnibus: open %s: %w", u.Redacted(), err)
+		// Name the URL once: transports name the URL they were given in
+		// their errors. A transport's client library might quote a
+		// credential, which Redact hides.
+		if strings.Contains(err.Error(), RedactURL(u.String())) {
+			err = fmt.Errorf("omnibus: open: %w", err)
+		} else {
+			err = fmt.Errorf("omnibus: open %s: %w", RedactURL(rawURL), err)
+		}
+		return nil, redactError(err, rawURL)
 	}
-	return newClient(conn, u.Scheme, u.Redacted(), cfg), nil
+	return newClient(conn, u.Scheme, RedactURL(rawURL), cfg), nil
 }
 
 // New returns a Client over an open driver connection: the typed path for

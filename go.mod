@@ -11,6 +11,7 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.50.0
 )
 
 require (
@@ -26,6 +27,5 @@ require (
 	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
 )
 
@@ -27,6 +28,10 @@ const (
 	DefaultMaxMessageBytes = 1048588 // Kafka's message.max.bytes
 	DefaultDLQSuffix       = ".dlq"
 )
+
+// metadataMinAge is the least time between two metadata requests of a
+// client (Kafka's Java clients wait retry.backoff.ms, 100ms).
+const metadataMinAge = 100 * time.Millisecond
 
 // Values of the create_topics parameter.
 const (
@@ -83,7 +88,7 @@ type config struct {
 }
 
 func invalid(u *url.URL, format string, args ...any) error {
-	return fmt.Errorf("kafkabus: URL %q: %s: %w", u.Redacted(), fmt.Sprintf(format, args...), driver.ErrInvalid)
+	return fmt.Errorf("kafkabus: URL %q: %s: %w", omnibus.RedactURL(u.String()), fmt.Sprintf(format, args...), driver.ErrInvalid)
 }
 
 // parseURL reads u into a config. It rejects unknown parameters and bad
@@ -99,10 +104,10 @@ func parseURL(u *url.URL) (*config, error) {
 		return nil, invalid(u, "no broker address (want %s://host:port[,host:port...])", u.Scheme)
 	}
 	if u.Path != "" && u.Path != "/" {
-		return nil, invalid(u, "unexpected path %q", u.Path)
+		return nil, invalid(u, "unexpected path (a \"/\" in a password must be written %%2F)")
 	}
 	c := &config{
-		redacted:           u.Redacted(),
+		redacted:           omnibus.RedactURL(u.String()),
 		clientID:           DefaultClientID,
 		tls:                u.Scheme == SchemeTLS,
 		mechanism:          "PLAIN",
@@ -243,7 +248,10 @@ func (c *config) clientOpts() ([]kgo.Opt, error) {
 		kgo.ClientID(c.clientID),
 		kgo.DialTimeout(c.dialTimeout),
 		kgo.MetadataMaxAge(c.metadataMaxAge),
-		kgo.MetadataMinAge(min(c.metadataMaxAge, 5*time.Second)),
+		// A refresh may follow the one before after metadataMinAge: a
+		// topic created on first use is produced to at once, not after
+		// franz-go's default of 5s.
+		kgo.MetadataMinAge(min(c.metadataMaxAge, metadataMinAge)),
 		kgo.RetryTimeout(c.requestTimeout),
 	}
 	if c.tls {

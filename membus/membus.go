@@ -45,7 +45,7 @@ func (opener) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
 		if v := q.Get(name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
-				return nil, fmt.Errorf("membus: URL %q: %s=%q, want a positive integer: %w", u.Redacted(), name, v, driver.ErrInvalid)
+				return nil, fmt.Errorf("membus: URL %q: %s=%q, want a positive integer: %w", omnibus.RedactURL(u.String()), name, v, driver.ErrInvalid)
 			}
 			*dst = n
 		}

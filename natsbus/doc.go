@@ -15,20 +15,29 @@
 //	nats://embedded[?dir=DIR&max_payload=N&...]
 //
 // User and password, or a token (user info without a password), come from
-// the URL's user info; errors never show them. The port defaults to 4222
-// and the host to 127.0.0.1. Several hosts, comma separated, are a
-// cluster's seed list. TLS is the tls parameter (or any tls_* parameter);
+// the URL's user info; errors never show them (a "/" in a token is
+// written %2F). The port defaults to 4222; the host is required:
+// nats://embedded is the one URL that names no server, and a URL without
+// a host (nats:/host, nats:host, nats://) is an error, never the local
+// server. Several hosts, comma separated, are a cluster's seed list. TLS is the tls parameter (or any tls_* parameter);
 // there is no tls:// scheme, because omnibus's schemes name transports.
 //
 // nats://embedded starts github.com/nats-io/nats-server/v2 in the process
 // with JetStream file storage in dir, listening on 127.0.0.1 on a random
 // port (see [Server.URL]; clients of the process connect in-process, not
-// over TCP). Every client opened with the same dir shares one server,
-// which stops when the last of them closes; without dir the server stores
-// in a temporary directory, removed then. A dir that cannot be created or
-// written is an error at Open. [StartServer] starts a server of its own
-// for callers that want one without a URL, and [EmbeddedURL] builds the
-// URL for a directory.
+// over TCP). Without dir the data lives in the per-user data directory
+// ([DefaultDir]: $XDG_DATA_HOME/omnibus/nats, else
+// ~/.local/share/omnibus/nats), so it outlives the process. Every client
+// opened with the same dir shares one server, which stops when the last
+// of them closes. A server locks its directory (omnibus.lock, which also
+// holds its address): a process that opens a directory another process
+// serves connects to that server over TCP, and when that process ends,
+// its clients start the server themselves (one of them; the others follow
+// it) with the same data, so no two servers ever share a directory. A dir
+// that cannot be created or written is an error at Open. [StartServer]
+// starts a server of its own (in a temporary directory by default) for
+// callers that want one without a URL, and [EmbeddedURL] builds the URL
+// for a directory.
 //
 // Parameters (the portable durability parameter is read by omnibus.Open:
 // none publishes with core NATS and does not wait; leader and all wait

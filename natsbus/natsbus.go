@@ -93,7 +93,7 @@ func parseURL(u *url.URL) (*config, error) {
 		return nil, fmt.Errorf("natsbus: %w", err)
 	}
 	cfg := &config{
-		redacted:       u.Redacted(),
+		redacted:       omnibus.RedactURL(u.String()),
 		user:           u.User,
 		name:           "omnibus",
 		connectTimeout: DefaultConnectTimeout,
@@ -187,8 +187,12 @@ func parseURL(u *url.URL) (*config, error) {
 	cfg.dir = q.Get("dir")
 
 	host := u.Host
-	if u.Opaque != "" {
-		return nil, fmt.Errorf("natsbus: URL %q: want nats://host:port or nats://embedded: %w", cfg.redacted, driver.ErrInvalid)
+	if u.Opaque != "" || host == "" {
+		return nil, fmt.Errorf("natsbus: URL %q has no host: want nats://host[:port] or nats://embedded: %w", cfg.redacted, driver.ErrInvalid)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("natsbus: URL %q: unexpected path (a \"/\" in a token or password must be written %%2F): %w",
+			cfg.redacted, driver.ErrInvalid)
 	}
 	if host == EmbeddedHost {
 		cfg.embedded = true
@@ -202,9 +206,6 @@ func parseURL(u *url.URL) (*config, error) {
 			return nil, fmt.Errorf("natsbus: URL %q: %s: %w: %w", cfg.redacted, name, errNotEmbedded, driver.ErrInvalid)
 		}
 	}
-	if host == "" {
-		host = "127.0.0.1:4222"
-	}
 	scheme := "nats"
 	if cfg.tls {
 		scheme = "tls"
@@ -217,6 +218,9 @@ func parseURL(u *url.URL) (*config, error) {
 			h += ":4222"
 		}
 		cfg.servers = append(cfg.servers, scheme+"://"+h)
+	}
+	if len(cfg.servers) == 0 {
+		return nil, fmt.Errorf("natsbus: URL %q has no host: want nats://host[:port]: %w", cfg.redacted, driver.ErrInvalid)
 	}
 	return cfg, nil
 }
@@ -297,7 +301,13 @@ func open(ctx context.Context, cfg *config) (*conn, error) {
 		}
 		c.srv = s
 		serverURL = s.URL()
-		opts = append(opts, nats.InProcessServer(s.srv))
+		if srv := s.NATSServer(); srv != nil {
+			opts = append(opts, nats.InProcessServer(srv))
+		} else {
+			// Another process runs the directory's server; when it ends,
+			// the dialer starts one here (see Server).
+			opts = append(opts, nats.SetCustomDialer(dialer{s}))
+		}
 	} else {
 		serverURL = strings.Join(cfg.servers, ",")
 		if cfg.user != nil {
@@ -341,6 +351,11 @@ func open(ctx context.Context, cfg *config) (*conn, error) {
 	select {
 	case r := <-done:
 		if r.err != nil {
+			if c.srv != nil && c.srv.NATSServer() == nil {
+				pid, url := c.srv.owner()
+				return fail(fmt.Errorf("natsbus: connect %s: the embedded server of %q runs in process %d, at %s: %w",
+					cfg.redacted, c.srv.dir, pid, url, r.err))
+			}
 			return fail(fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, r.err))
 		}
 		c.nc = r.nc

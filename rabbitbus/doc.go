@@ -14,8 +14,11 @@
 //	amqps://user:password@host[:port][/vhost][?param=value&...]
 //
 // The port defaults to 5672 (amqp) or 5671 (amqps); an empty path is the
-// virtual host "/", which is also written %2F. Unknown parameters are an
-// error. Errors never show the password.
+// virtual host "/", which is also written %2F. The host is required: a
+// URL without one (amqp:/host, amqp:user:pass@host, amqp:///vhost) is an
+// error, never a connection to localhost as guest. Unknown parameters are
+// an error. Errors never show the password, nor a user name given
+// without one (it may be a token); a "/" in a password is written %2F.
 //
 //	parameter          default     meaning
 //	durability         all         none | leader | all, read by package omnibus (below)

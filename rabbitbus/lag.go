@@ -22,13 +22,7 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 	if err := c.checkOpen("lag", topic); err != nil {
 		return nil, err
 	}
-	queues := []string{groupQueue(topic, group)}
-	if n := c.cfg.partitions; n > 0 {
-		queues = make([]string, n)
-		for p := range n {
-			queues[p] = partitionQueue(topic, group, p)
-		}
-	}
+	queues := c.groupQueues(topic, group)
 	ac, _, err := c.pub.get(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitbus: lag %q group %q: %w", topic, group, err)
@@ -69,4 +63,53 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 		return nil, fmt.Errorf("rabbitbus: lag %q: %w", topic, err)
 	}
 	return out, nil
+}
+
+// groupQueues are the queues of group on topic: one, or one per
+// partition.
+func (c *conn) groupQueues(topic, group string) []string {
+	queues := []string{groupQueue(topic, group)}
+	if n := c.cfg.partitions; n > 0 {
+		queues = make([]string, n)
+		for p := range n {
+			queues[p] = partitionQueue(topic, group, p)
+		}
+	}
+	return queues
+}
+
+// GroupMembers reports how many members group has: the most consumers
+// any of its queues has (every member consumes from the group's queue, or
+// from its partition queues), read with passive declares. A group whose
+// queue does not exist is ErrNotFound. The CLI's omnibus lag uses it to
+// tell a stopped group from a stalled one.
+func (c *conn) GroupMembers(ctx context.Context, topic, group string) (int, error) {
+	if err := c.checkOpen("members", topic); err != nil {
+		return 0, err
+	}
+	fail := func(err error) (int, error) {
+		return 0, fmt.Errorf("rabbitbus: members %q group %q: %w", topic, group, err)
+	}
+	ac, _, err := c.pub.get(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	ch, err := ac.Channel()
+	if err != nil {
+		return fail(err)
+	}
+	defer ch.Close()
+	members := 0
+	for _, q := range c.groupQueues(topic, group) {
+		info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return fail(fmt.Errorf("no queue %q: %w", q, driver.ErrNotFound))
+		}
+		if err != nil {
+			return fail(err)
+		}
+		members = max(members, info.Consumers)
+	}
+	return members, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/internal/redact"
 )
 
 // URL schemes rabbitbus registers.
@@ -78,7 +79,7 @@ func parseConfig(u *url.URL) (*config, error) {
 		return nil, fmt.Errorf("rabbitbus: %w", err)
 	}
 	cfg := &config{
-		redacted:  u.Redacted(),
+		redacted:  omnibus.RedactURL(u.String()),
 		queueType: DefaultQueueType,
 		maxBytes:  DefaultMaxMessageBytes,
 		rebalance: DefaultRebalance,
@@ -133,15 +134,25 @@ func parseConfig(u *url.URL) (*config, error) {
 			}
 		}
 	}
+	if u.Opaque != "" || u.Host == "" {
+		return nil, fmt.Errorf("rabbitbus: URL %q has no host: want %s://user:password@host[:port][/vhost]: %w", cfg.redacted, u.Scheme, driver.ErrInvalid)
+	}
+	if strings.Contains(u.EscapedPath(), "@") {
+		return nil, fmt.Errorf("rabbitbus: URL %q: \"@\" in the path (a \"/\" in a password must be written %%2F, an \"@\" in a vhost %%40): %w",
+			cfg.redacted, driver.ErrInvalid)
+	}
 	plain := *u
 	plain.RawQuery = ""
 	plain.Fragment = ""
 	cfg.url = plain.String()
 	uri, err := amqp.ParseURI(cfg.url)
 	if err != nil {
-		return nil, fmt.Errorf("rabbitbus: URL %q: %v: %w", cfg.redacted, redactErr(err, u), driver.ErrInvalid)
+		return nil, fmt.Errorf("rabbitbus: URL %q: %v: %w", cfg.redacted, omnibus.Redact(err.Error(), u.String()), driver.ErrInvalid)
 	}
-	cfg.user, cfg.vhost = uri.Username, uri.Vhost
+	cfg.vhost = uri.Vhost
+	if _, hasPass := u.User.Password(); hasPass || u.User == nil {
+		cfg.user = uri.Username // a user name alone is shown nowhere, as a token would not be
+	}
 	cfg.amqp.Vhost = uri.Vhost
 	cfg.amqp.Properties.SetClientConnectionName("omnibus")
 	return cfg, nil
@@ -183,15 +194,6 @@ func tlsConfig(u *url.URL, q url.Values) (*tls.Config, error) {
 	return tc, nil
 }
 
-// redactErr removes the password from an error that may quote the URL.
-func redactErr(err error, u *url.URL) string {
-	s := err.Error()
-	if p, ok := u.User.Password(); ok && p != "" {
-		s = strings.ReplaceAll(s, p, "xxxxx")
-	}
-	return s
-}
-
 // dial opens one AMQP connection; ctx bounds the TCP connect.
 func (c *config) dial(ctx context.Context) (*amqp.Connection, error) {
 	cfg := c.amqp
@@ -216,16 +218,25 @@ func (c *config) dial(ctx context.Context) (*amqp.Connection, error) {
 	return ac, nil
 }
 
-// openError explains a failed dial without showing the password.
+// who names the URL's user for errors: the name when the URL has a
+// password, else nothing, as a user name alone may be a secret.
+func (c *config) who() string {
+	if c.user == "" {
+		return "the URL's user"
+	}
+	return fmt.Sprintf("user %q", c.user)
+}
+
+// openError explains a failed dial without showing a credential.
 func (c *config) openError(err error) error {
+	who := c.who()
+	err = redact.Error(err, c.url)
 	var ae *amqp.Error
 	switch {
 	case errors.Is(err, amqp.ErrCredentials), errors.As(err, &ae) && ae.Code == amqp.AccessRefused && strings.Contains(ae.Reason, "Login"):
-		return fmt.Errorf("rabbitbus: open %q: authentication failed for user %q (check the user name and password): %w", c.redacted, c.user, err)
-	case errors.As(err, &ae) && ae.Code == amqp.NotAllowed && strings.Contains(ae.Reason, "vhost"):
-		return fmt.Errorf("rabbitbus: open %q: virtual host %q not found or not permitted for user %q: %w: %w", c.redacted, c.vhost, c.user, driver.ErrNotFound, err)
-	case errors.Is(err, amqp.ErrVhost):
-		return fmt.Errorf("rabbitbus: open %q: virtual host %q not found or not permitted for user %q: %w: %w", c.redacted, c.vhost, c.user, driver.ErrNotFound, err)
+		return fmt.Errorf("rabbitbus: open %q: authentication failed for %s (check the user name and password): %w", c.redacted, who, err)
+	case errors.As(err, &ae) && ae.Code == amqp.NotAllowed && strings.Contains(ae.Reason, "vhost"), errors.Is(err, amqp.ErrVhost):
+		return fmt.Errorf("rabbitbus: open %q: virtual host %q not found or not permitted for %s: %w: %w", c.redacted, c.vhost, who, driver.ErrNotFound, err)
 	}
 	return fmt.Errorf("rabbitbus: open %q: %w", c.redacted, err)
 }
@@ -532,7 +543,7 @@ func (c *conn) topologyError(op, name string, err error) error {
 		case amqp.PreconditionFailed:
 			return fmt.Errorf("rabbitbus: %s %q: it exists with other settings (queue_type is %s): %w: %w", op, name, c.cfg.queueType, driver.ErrInvalid, err)
 		case amqp.AccessRefused:
-			return fmt.Errorf("rabbitbus: %s %q: user %q may not: %w: %w", op, name, c.cfg.user, driver.ErrInvalid, err)
+			return fmt.Errorf("rabbitbus: %s %q: %s may not: %w: %w", op, name, c.cfg.who(), driver.ErrInvalid, redact.Error(err, c.cfg.url))
 		case amqp.NotFound:
 			return fmt.Errorf("rabbitbus: %s %q: %w: %w", op, name, driver.ErrNotFound, err)
 		}
@@ -731,7 +742,7 @@ func (l *link) supervise(ac *amqp.Connection) {
 		l.up = make(chan struct{})
 		l.unblockLocked()
 		l.mu.Unlock()
-		l.log.Warn("rabbitbus: connection lost, reconnecting", "connection", l.name, "url", l.cfg.redacted, "reason", reason)
+		l.log.Warn("rabbitbus: connection lost, reconnecting", "connection", l.name, "url", l.cfg.redacted, "reason", redact.Text(fmt.Sprint(reason), l.cfg.url))
 		for attempt := 1; ; attempt++ {
 			select {
 			case <-time.After(backoff(attempt)):
