@@ -50,10 +50,7 @@ func (opener) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
 			*dst = n
 		}
 	}
-	name := u.Host + u.Path
-	if u.Opaque != "" {
-		name = u.Opaque
-	}
+	name := u.Host + u.Path // omnibus.Open refuses opaque URLs (mem:name)
 	if name == "" {
 		name = "default"
 	}

@@ -548,9 +548,6 @@ func (c *conn) topologyError(op, name string, err error) error {
 			return fmt.Errorf("rabbitbus: %s %q: %w: %w", op, name, driver.ErrNotFound, err)
 		}
 	}
-	if errors.Is(err, driver.ErrClosed) {
-		return fmt.Errorf("rabbitbus: %s %q: %w", op, name, err)
-	}
 	return fmt.Errorf("rabbitbus: %s %q: %w", op, name, err)
 }
 
