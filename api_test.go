@@ -84,7 +84,9 @@ func TestRegisterPanics(t *testing.T) {
 
 type nilDriver struct{}
 
-func (nilDriver) Open(context.Context, *url.URL) (driver.Conn, error) { return nil, nil }
+func (nilDriver) Open(context.Context, *url.URL, driver.OpenOptions) (driver.Conn, error) {
+	return nil, nil
+}
 
 func TestBadOptions(t *testing.T) {
 	ctx := context.Background()

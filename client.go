@@ -102,7 +102,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := d.Open(ctx, u)
+	conn, err := d.Open(ctx, u, driver.OpenOptions{Logger: cfg.transportLogger(u.Scheme)})
 	if err != nil {
 		// Name the URL once: transports name the URL they were given in
 		// their errors. A transport's client library might quote a
@@ -142,22 +142,29 @@ func applyOptions(opts []Option) (clientConfig, error) {
 	return cfg, nil
 }
 
+// transportLogger is the client's logger (WithLogger, or slog.Default),
+// naming the transport: the client, its consumers and its driver log
+// through it.
+func (cfg clientConfig) transportLogger(scheme string) *slog.Logger {
+	l := cfg.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	return l.With("transport", scheme)
+}
+
 func newClient(conn driver.Conn, scheme, name string, cfg clientConfig) *Client {
 	c := &Client{
 		conn:      conn,
 		caps:      conn.Capabilities(),
 		name:      name,
 		scheme:    scheme,
-		logger:    cfg.logger,
+		logger:    cfg.transportLogger(scheme),
 		consumers: map[*Consumer]struct{}{},
 	}
 	if cfg.durability != nil {
 		c.durability = *cfg.durability
 	}
-	if c.logger == nil {
-		c.logger = slog.Default()
-	}
-	c.logger = c.logger.With("transport", scheme)
 	return c
 }
 

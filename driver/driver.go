@@ -47,6 +47,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"time"
@@ -70,7 +71,16 @@ type Driver interface {
 	// already removed the query parameters it owns (see omnibus.Open); the
 	// driver rejects any parameter left that it does not know, wrapping
 	// ErrInvalid. Open honours ctx for connection set-up only.
-	Open(ctx context.Context, u *url.URL) (Conn, error)
+	Open(ctx context.Context, u *url.URL, opts OpenOptions) (Conn, error)
+}
+
+// OpenOptions are what the portable layer hands a driver beside the URL.
+type OpenOptions struct {
+	// Logger is the client's logger, already naming the transport; never
+	// nil. The driver logs through it and wires its client library's
+	// logging to it (warnings and errors, not the library's chatter).
+	// Messages name what happened; the attributes say where.
+	Logger *slog.Logger
 }
 
 // Conn is an open connection to one transport.

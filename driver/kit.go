@@ -75,6 +75,17 @@ func (c *Subscribers[S]) Remove(s S) {
 	c.mu.Unlock()
 }
 
+// All returns the subscribers open now.
+func (c *Subscribers[S]) All() []S {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	subs := make([]S, 0, len(c.subs))
+	for s := range c.subs {
+		subs = append(subs, s)
+	}
+	return subs
+}
+
 // Closed reports whether Close began.
 func (c *Subscribers[S]) Closed() bool {
 	c.mu.Lock()
@@ -98,6 +109,7 @@ func (c *Subscribers[S]) Close() bool {
 	}
 	c.subs = nil
 	c.mu.Unlock()
+	// Outside the lock: a subscriber's Close calls Remove.
 	for _, s := range subs {
 		_ = s.Close()
 	}

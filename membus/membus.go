@@ -35,7 +35,7 @@ var (
 )
 
 // Open implements driver.Driver.
-func (opener) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
+func (opener) Open(_ context.Context, u *url.URL, _ driver.OpenOptions) (driver.Conn, error) {
 	if err := driver.CheckParams(u, "partitions", "max_bytes"); err != nil {
 		return nil, fmt.Errorf("membus: %w", err)
 	}

@@ -1,6 +1,10 @@
 package natsbus
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
 
 // inboxLen bounds the items waiting between the pumps and Receive.
 const inboxLen = 64
@@ -32,10 +36,10 @@ func (q *inbox) put(it item, stop <-chan struct{}) bool {
 		if n := len(q.items); n < inboxLen {
 			q.items = append(q.items, it)
 			if n == 0 {
-				notify(q.ready)
+				driver.Notify(q.ready)
 			}
 			if n+1 < inboxLen {
-				notify(q.space) // pass the room on to another waiting pump
+				driver.Notify(q.space) // pass the room on to another waiting pump
 			}
 			q.mu.Unlock()
 			return true
@@ -56,7 +60,7 @@ func (q *inbox) take(buf []item, max int) []item {
 	n := min(max, len(q.items))
 	buf = append(buf, q.items[:n]...)
 	if len(q.items) == inboxLen && n > 0 {
-		notify(q.space)
+		driver.Notify(q.space)
 	}
 	rest := copy(q.items, q.items[n:])
 	clear(q.items[rest:])

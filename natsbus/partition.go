@@ -73,13 +73,6 @@ func pinned(info *jetstream.ConsumerInfo) bool {
 	return info.Config.PriorityPolicy == jetstream.PriorityPolicyPinned && slices.Contains(info.Config.PriorityGroups, pinGroup)
 }
 
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 // subscribePartitioned joins group on a partitioned topic. Each partition
 // has a durable consumer of its own (created here, all starting at the
 // same point for a new group); the members of the group share the
@@ -279,7 +272,7 @@ func (p *partitioned) loseLocked(l *lease) {
 		r.lost.Store(true)
 		r.halt(false)
 	}
-	notify(p.check)
+	driver.Notify(p.check)
 }
 
 func (p *partitioned) refreshLoop() {
@@ -336,7 +329,7 @@ func (p *partitioned) refresh() {
 		}
 	}
 	if lost {
-		notify(p.wakeup)
+		driver.Notify(p.wakeup)
 	}
 }
 
@@ -396,12 +389,12 @@ func (p *partitioned) reportLost(leases []*lease) {
 	for i, l := range leases {
 		lanes[i] = l.lane
 	}
-	notify(p.s.wake)
+	driver.Notify(p.s.wake)
 	p.s.opts.Lanes.Lost(lanes)
 	for _, l := range leases {
 		p.detach(l.reader)
 	}
-	notify(p.wakeup)
+	driver.Notify(p.wakeup)
 }
 
 func (p *partitioned) balanceLoop() {
@@ -538,7 +531,7 @@ func (p *partitioned) claim(part int) {
 	p.extendLocked(l, begin)
 	p.leases[part] = l
 	p.kvMu.Unlock()
-	notify(p.check)
+	driver.Notify(p.check)
 
 	cons, err := p.prepare(part)
 	var r *reader
@@ -675,7 +668,7 @@ func (p *partitioned) release(part int) {
 	p.kvMu.Unlock()
 	r := l.reader
 	r.halt(false)
-	notify(s.wake)
+	driver.Notify(s.wake)
 	s.opts.Lanes.Revoked(ctx, []string{l.lane})
 	p.kvMu.Lock()
 	l.revoke = nil

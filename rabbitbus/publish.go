@@ -409,7 +409,7 @@ func (p *publisher) redeclare(ctx context.Context) error {
 			err = p.c.ensureTopic(ctx, m.exchange)
 		}
 		if err != nil {
-			p.c.log.Warn("rabbitbus: redeclaring before re-publishing failed", "exchange", m.exchange, "err", err)
+			p.c.log.Warn("redeclaring before re-publishing failed", "exchange", m.exchange, "err", err)
 			return err
 		}
 	}
@@ -557,7 +557,7 @@ func (p *publisher) down(ch *amqp.Channel, reason *amqp.Error) {
 		p.c.forget("")
 	}
 	if reason != nil && !p.closed.Load() {
-		p.c.log.Warn("rabbitbus: publishing channel closed; re-publishing unconfirmed messages", "reason", reason, "unconfirmed", len(p.backlog))
+		p.c.log.Warn("publishing channel closed; re-publishing unconfirmed messages", "reason", reason, "unconfirmed", len(p.backlog))
 	}
 }
 

@@ -243,13 +243,13 @@ func (c *config) openError(err error) error {
 
 // Open implements driver.Driver. It dials once, so that bad credentials,
 // a missing virtual host or an unreachable server fail here.
-func (opener) Open(ctx context.Context, u *url.URL) (driver.Conn, error) {
+func (opener) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
 	cfg, err := parseConfig(u)
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{cfg: cfg, subs: map[*sub]struct{}{}, declared: map[string]declared{}, names: map[string]bool{}, dead: map[string]bool{}}
-	c.log = slog.Default().With("transport", "rabbitbus")
+	c := &conn{cfg: cfg, declared: map[string]declared{}, names: map[string]bool{}, dead: map[string]bool{}}
+	c.log = opts.Logger
 	pl, err := newLink(ctx, cfg, "publish", c.log)
 	if err != nil {
 		return nil, err
@@ -274,10 +274,14 @@ type conn struct {
 	pub       *link
 	publisher *publisher
 
+	// subs says whether Close began. Close sets it before it takes mu
+	// once, so a check of subs.Closed() made under mu orders with Close:
+	// await's bg.Add and subLink's dial happen before Close reads them,
+	// or not at all.
+	subs driver.Subscribers[*sub]
+
 	mu       sync.Mutex
-	sub      *link // nil until the first Subscribe
-	subs     map[*sub]struct{}
-	closed   bool
+	sub      *link               // nil until the first Subscribe
 	declared map[string]declared // topology key -> when it was declared
 	names    map[string]bool     // every exchange ("x:name") and queue ("q:name") declared, for tests
 	dead     map[string]bool     // topics the engine dead-letters to
@@ -304,9 +308,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 }
 
 func (c *conn) checkOpen(op, topic string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	if c.subs.Closed() {
 		return fmt.Errorf("rabbitbus: %s %q: %w", op, topic, driver.ErrClosed)
 	}
 	return nil
@@ -316,7 +318,7 @@ func (c *conn) checkOpen(op, topic string) error {
 func (c *conn) subLink(ctx context.Context) (*link, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.subs.Closed() {
 		return nil, driver.ErrClosed
 	}
 	if c.sub != nil {
@@ -336,21 +338,12 @@ func (c *conn) subLink(ctx context.Context) (*link, error) {
 // blocks the connection (a write stuck on it fails when the connection
 // closes).
 func (c *conn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.subs.Close() {
 		return nil
 	}
-	c.closed = true
-	subs := make([]*sub, 0, len(c.subs))
-	for s := range c.subs {
-		subs = append(subs, s)
-	}
+	c.mu.Lock()
 	sl := c.sub
 	c.mu.Unlock()
-	for _, s := range subs {
-		_ = s.Close()
-	}
 	c.publisher.stop()
 	c.pub.close() // ends writes stuck on a blocked connection
 	c.publisher.wait()
@@ -375,7 +368,7 @@ func (c *conn) await(ctx context.Context, fn func() error) error {
 		return fn()
 	}
 	c.mu.Lock()
-	closed := c.closed
+	closed := c.subs.Closed()
 	if !closed {
 		c.bg.Add(1)
 	}
@@ -649,9 +642,9 @@ func (l *link) watchBlocked(gen uint64, blocks <-chan amqp.Blocking) {
 		}
 		l.mu.Unlock()
 		if b.Active {
-			l.log.Warn("rabbitbus: the server blocks the connection (memory or disk alarm); publishing waits", "connection", l.name, "url", l.cfg.redacted, "reason", b.Reason)
+			l.log.Warn("the server blocks the connection (memory or disk alarm); publishing waits", "connection", l.name, "url", l.cfg.redacted, "reason", b.Reason)
 		} else {
-			l.log.Info("rabbitbus: the server unblocked the connection", "connection", l.name, "url", l.cfg.redacted)
+			l.log.Info("the server unblocked the connection", "connection", l.name, "url", l.cfg.redacted)
 		}
 	}
 }
@@ -739,7 +732,7 @@ func (l *link) supervise(ac *amqp.Connection) {
 		l.up = make(chan struct{})
 		l.unblockLocked()
 		l.mu.Unlock()
-		l.log.Warn("rabbitbus: connection lost, reconnecting", "connection", l.name, "url", l.cfg.redacted, "reason", redact.Text(fmt.Sprint(reason), l.cfg.url))
+		l.log.Warn("connection lost, reconnecting", "connection", l.name, "url", l.cfg.redacted, "reason", redact.Text(fmt.Sprint(reason), l.cfg.url))
 		for attempt := 1; ; attempt++ {
 			select {
 			case <-time.After(backoff(attempt)):
@@ -773,7 +766,7 @@ func (l *link) supervise(ac *amqp.Connection) {
 		l.lastErr = nil
 		l.mu.Unlock()
 		l.set(ac)
-		l.log.Info("rabbitbus: reconnected", "connection", l.name, "url", l.cfg.redacted)
+		l.log.Info("reconnected", "connection", l.name, "url", l.cfg.redacted)
 	}
 }
 
@@ -800,13 +793,5 @@ func (l *link) close() {
 	l.wg.Wait()
 }
 
-// backoff is the delay before reconnection attempt n (1-based): doubling
-// from reconnectMin up to reconnectMax, jittered down by up to half.
-func backoff(n int) time.Duration {
-	d := reconnectMin
-	for i := 1; i < n && d < reconnectMax; i++ {
-		d *= 2
-	}
-	d = min(d, reconnectMax)
-	return d/2 + rand.N(d/2+1)
-}
+// backoff is the delay before reconnection attempt n (1-based).
+func backoff(n int) time.Duration { return driver.Backoff(n, reconnectMin, reconnectMax) }

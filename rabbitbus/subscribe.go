@@ -128,14 +128,10 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		return nil, c.topologyError("subscribe", topic, err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.subs.Add(s) {
 		s.cancel()
 		return nil, fmt.Errorf("rabbitbus: subscribe %q: %w", topic, driver.ErrClosed)
 	}
-	c.subs[s] = struct{}{}
-	c.mu.Unlock()
 	for _, ln := range s.lanes {
 		s.wg.Add(1)
 		go ln.run()
@@ -222,7 +218,7 @@ func (l *lane) run() {
 		ch, dels, err := l.open(ac)
 		if err != nil {
 			if s.ctx.Err() == nil && attempt%10 == 1 {
-				s.c.log.Warn("rabbitbus: consuming failed, retrying", "queue", l.queue, "err", err)
+				s.c.log.Warn("consuming failed, retrying", "queue", l.queue, "err", err)
 			}
 			continue
 		}
@@ -307,7 +303,7 @@ func (s *sub) bump() {
 	s.mu.Lock()
 	s.revokes++
 	s.mu.Unlock()
-	signal(s.wake)
+	driver.Notify(s.wake)
 }
 
 // claim announces lane l of channel generation gen, once.
@@ -356,7 +352,7 @@ func (s *sub) accept(l *lane, gen uint64, d *amqp.Delivery) {
 	}
 	if l.claimed && !l.revoking && !s.closed {
 		s.buf = append(s.buf, dl)
-		signal(s.wake)
+		driver.Notify(s.wake)
 	}
 	// Otherwise the delivery stays unacknowledged until the channel
 	// closes, and the server delivers it again.
@@ -372,13 +368,6 @@ func (s *sub) dropLocked(l *lane) {
 	}
 	clear(s.buf[len(keep):])
 	s.buf = keep
-}
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
 }
 
 // Receive implements driver.Subscriber. It returns the deliveries of the
@@ -706,14 +695,8 @@ func (s *sub) queueCounts(ctx context.Context) map[string]amqp.Queue {
 // held counts the unacknowledged deliveries per queue over every
 // subscriber of the connection.
 func (c *conn) held() map[string]int {
-	c.mu.Lock()
-	subs := make([]*sub, 0, len(c.subs))
-	for s := range c.subs {
-		subs = append(subs, s)
-	}
-	c.mu.Unlock()
 	out := map[string]int{}
-	for _, s := range subs {
+	for _, s := range c.subs.All() {
 		s.mu.Lock()
 		for _, l := range s.lanes {
 			if l.ch != nil {
@@ -817,15 +800,13 @@ func (s *sub) Close() error {
 		}
 		s.mu.Unlock()
 		s.cbMu.Unlock()
-		signal(s.wake)
+		driver.Notify(s.wake)
 		s.cancel()
 		for _, ch := range chans {
 			_ = ch.Close()
 		}
 		s.wg.Wait()
-		s.c.mu.Lock()
-		delete(s.c.subs, s)
-		s.c.mu.Unlock()
+		s.c.subs.Remove(s)
 	})
 	return nil
 }
