@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
+	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,7 +79,9 @@ func WithLogger(l *slog.Logger) Option {
 // Open connects to the transport named by rawURL, whose scheme selects a
 // registered driver. The query parameter durability (none | leader | all)
 // is read here for every transport; the driver rejects any other
-// parameter it does not know. Errors never show the URL's password.
+// parameter it does not know. A URL without a host part (scheme:opaque or
+// scheme:/path) is refused before any driver sees it. Errors never show
+// the URL's credentials (see [RedactURL]).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	u, portable, err := parseURL(rawURL)
 	if err != nil {
@@ -89,7 +94,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	if v := portable.Get("durability"); v != "" {
 		dur, err := ParseDurability(v)
 		if err != nil {
-			return nil, fmt.Errorf("omnibus: URL %q: %w", u.Redacted(), err)
+			return nil, fmt.Errorf("omnibus: URL %q: %w", RedactURL(rawURL), err)
 		}
 		opts = append([]Option{WithDurability(dur)}, opts...)
 	}
@@ -97,11 +102,19 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := d.Open(ctx, u)
+	conn, err := d.Open(ctx, u, driver.OpenOptions{Logger: cfg.transportLogger(u.Scheme)})
 	if err != nil {
-		return nil, fmt.Errorf("omnibus: open %s: %w", u.Redacted(), err)
+		// Name the URL once: transports name the URL they were given in
+		// their errors. A transport's client library might quote a
+		// credential, which Redact hides.
+		if strings.Contains(err.Error(), RedactURL(u.String())) {
+			err = fmt.Errorf("omnibus: open: %w", err)
+		} else {
+			err = fmt.Errorf("omnibus: open %s: %w", RedactURL(rawURL), err)
+		}
+		return nil, redactError(err, rawURL)
 	}
-	return newClient(conn, u.Scheme, u.Redacted(), cfg), nil
+	return newClient(conn, u.Scheme, RedactURL(rawURL), cfg), nil
 }
 
 // New returns a Client over an open driver connection: the typed path for
@@ -115,7 +128,7 @@ func New(conn driver.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("%T", conn)
+	name := transportName(conn)
 	return newClient(conn, name, name, cfg), nil
 }
 
@@ -129,23 +142,43 @@ func applyOptions(opts []Option) (clientConfig, error) {
 	return cfg, nil
 }
 
+// transportLogger is the client's logger (WithLogger, or slog.Default),
+// naming the transport: the client, its consumers and its driver log
+// through it.
+func (cfg clientConfig) transportLogger(scheme string) *slog.Logger {
+	l := cfg.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	return l.With("transport", scheme)
+}
+
 func newClient(conn driver.Conn, scheme, name string, cfg clientConfig) *Client {
 	c := &Client{
 		conn:      conn,
 		caps:      conn.Capabilities(),
 		name:      name,
 		scheme:    scheme,
-		logger:    cfg.logger,
+		logger:    cfg.transportLogger(scheme),
 		consumers: map[*Consumer]struct{}{},
 	}
 	if cfg.durability != nil {
 		c.durability = *cfg.durability
 	}
-	if c.logger == nil {
-		c.logger = slog.Default()
-	}
-	c.logger = c.logger.With("transport", scheme)
 	return c
+}
+
+// transportName names a connection made without a URL after its driver's
+// package ("membus" for membus.New().Conn()).
+func transportName(conn driver.Conn) string {
+	t := reflect.TypeOf(conn)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if p := t.PkgPath(); p != "" {
+		return path.Base(p)
+	}
+	return t.String()
 }
 
 // ParseDurability parses "none", "leader" or "all".
@@ -308,22 +341,30 @@ func (c *Client) checkOpen(op, topic string) error {
 // Close closes every consumer of the client at once (see Consumer.Close),
 // then the connection. Close is idempotent; use Consumer.Shutdown first to
 // drain.
+//
+// Called from a handler or observer, Close cannot wait for its caller: it
+// closes everything in the background and returns nil at once.
 func (c *Client) Close() error {
+	if calledFromEngine() {
+		go c.Close()
+		return nil
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil
 	}
-	c.closed = true
 	consumers := make([]*Consumer, 0, len(c.consumers))
 	for k := range c.consumers {
 		consumers = append(consumers, k)
 	}
+	c.closed = true
 	c.mu.Unlock()
+	errs := make([]error, 0, len(consumers)+1)
 	for _, k := range consumers {
-		k.Close()
+		errs = append(errs, k.Close())
 	}
-	return c.conn.Close()
+	return joinErrors(append(errs, c.conn.Close()))
 }
 
 func (c *Client) addConsumer(k *Consumer) error {

@@ -10,7 +10,7 @@
 // # Delivery semantics
 //
 // A subscription is one member of a consumer group. The group's unit of
-// parallelism is a lane: a Kafka partition, a Kinesis shard, one of N
+// parallelism is a lane: a Kafka partition, one of N
 // partition queues on a broker, or the single unordered lane of a plain
 // queue. The driver tells the engine which lanes the member holds through
 // the [Lanes] callbacks given at subscribe time, and hands out deliveries in
@@ -19,11 +19,11 @@
 // Settlement comes in two forms, chosen by the optional interfaces a
 // Subscriber implements:
 //
-//   - [Acker]: per-message acknowledgement (RabbitMQ, JetStream, Redis). A
+//   - [Acker]: per-message acknowledgement (RabbitMQ, JetStream). A
 //     transport that can also ask for redelivery implements [Nacker].
-//   - [Committer]: a position per lane (Kafka offsets, Kinesis sequence
-//     numbers). The engine passes the highest delivery of a lane below which
-//     every delivery is settled, and the driver stores its position.
+//   - [Committer]: a position per lane (Kafka offsets). The engine passes
+//     the highest delivery of a lane below which every delivery is
+//     settled, and the driver stores its position.
 //
 // A driver never retries a failed operation on its own and never decides
 // that a message is done: that is the engine's job.
@@ -47,6 +47,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"time"
@@ -70,7 +71,16 @@ type Driver interface {
 	// already removed the query parameters it owns (see omnibus.Open); the
 	// driver rejects any parameter left that it does not know, wrapping
 	// ErrInvalid. Open honours ctx for connection set-up only.
-	Open(ctx context.Context, u *url.URL) (Conn, error)
+	Open(ctx context.Context, u *url.URL, opts OpenOptions) (Conn, error)
+}
+
+// OpenOptions are what the portable layer hands a driver beside the URL.
+type OpenOptions struct {
+	// Logger is the client's logger, already naming the transport; never
+	// nil. The driver logs through it and wires its client library's
+	// logging to it (warnings and errors, not the library's chatter).
+	// Messages name what happened; the attributes say where.
+	Logger *slog.Logger
 }
 
 // Conn is an open connection to one transport.
@@ -125,7 +135,7 @@ type Delivery struct {
 	// Lanes.Claimed.
 	Lane string
 	// Position is the delivery's place in the lane in the transport's own
-	// terms (a Kafka offset, a stream sequence, a Kinesis sequence number).
+	// terms (a Kafka offset, a stream sequence).
 	// It is informational: the engine orders deliveries by the order
 	// Receive returned them and never compares positions.
 	Position string
@@ -298,7 +308,10 @@ type Acker interface {
 // Nacker asks the transport to deliver again after delay. Only transports
 // with native redelivery implement it. The delivery may come back to any
 // member of the group, so the engine uses Nack only when the subscription
-// does not promise order.
+// does not promise order. When the transport can fail some deliveries of
+// the batch, Nack returns a *BatchError with one entry per delivery (nil
+// for those handed back); the engine retries the others itself. Any other
+// error applies to every delivery.
 type Nacker interface {
 	Nack(ctx context.Context, ds []*Delivery, delay time.Duration) error
 }

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/omnibus-go/omnibus/internal/redact"
 )
 
 // PortableParams are the URL query parameters package omnibus reads for
@@ -30,5 +32,5 @@ func CheckParams(u *url.URL, known ...string) error {
 	all := append(slices.Clone(known), PortableParams...)
 	slices.Sort(all)
 	return fmt.Errorf("URL %q: unknown parameter %s (known: %s): %w",
-		u.Redacted(), strings.Join(unknown, ", "), strings.Join(all, ", "), ErrInvalid)
+		redact.URL(u.String()), strings.Join(unknown, ", "), strings.Join(all, ", "), ErrInvalid)
 }

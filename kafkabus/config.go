@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
 )
 
@@ -27,6 +28,10 @@ const (
 	DefaultMaxMessageBytes = 1048588 // Kafka's message.max.bytes
 	DefaultDLQSuffix       = ".dlq"
 )
+
+// metadataMinAge is the least time between two metadata requests of a
+// client (Kafka's Java clients wait retry.backoff.ms, 100ms).
+const metadataMinAge = 100 * time.Millisecond
 
 // Values of the create_topics parameter.
 const (
@@ -83,7 +88,7 @@ type config struct {
 }
 
 func invalid(u *url.URL, format string, args ...any) error {
-	return fmt.Errorf("kafkabus: URL %q: %s: %w", u.Redacted(), fmt.Sprintf(format, args...), driver.ErrInvalid)
+	return fmt.Errorf("kafkabus: URL %q: %s: %w", omnibus.RedactURL(u.String()), fmt.Sprintf(format, args...), driver.ErrInvalid)
 }
 
 // parseURL reads u into a config. It rejects unknown parameters and bad
@@ -99,10 +104,10 @@ func parseURL(u *url.URL) (*config, error) {
 		return nil, invalid(u, "no broker address (want %s://host:port[,host:port...])", u.Scheme)
 	}
 	if u.Path != "" && u.Path != "/" {
-		return nil, invalid(u, "unexpected path %q", u.Path)
+		return nil, invalid(u, "unexpected path (a \"/\" in a password must be written %%2F)")
 	}
 	c := &config{
-		redacted:           u.Redacted(),
+		redacted:           omnibus.RedactURL(u.String()),
 		clientID:           DefaultClientID,
 		tls:                u.Scheme == SchemeTLS,
 		mechanism:          "PLAIN",
@@ -243,7 +248,10 @@ func (c *config) clientOpts() ([]kgo.Opt, error) {
 		kgo.ClientID(c.clientID),
 		kgo.DialTimeout(c.dialTimeout),
 		kgo.MetadataMaxAge(c.metadataMaxAge),
-		kgo.MetadataMinAge(min(c.metadataMaxAge, 5*time.Second)),
+		// A refresh may follow the one before after metadataMinAge: a
+		// topic created on first use is produced to at once, not after
+		// franz-go's default of 5s.
+		kgo.MetadataMinAge(min(c.metadataMaxAge, metadataMinAge)),
 		kgo.RetryTimeout(c.requestTimeout),
 	}
 	if c.tls {
@@ -328,13 +336,20 @@ func (c *config) producerOpts(d driver.Durability) []kgo.Opt {
 }
 
 // consumerOpts are the options of one group member.
-func (c *config) consumerOpts(topic, group string, start driver.StartAt) []kgo.Opt {
+// consumerOpts are a group member's options. What kgo buffers is capped
+// like the engine's own bound: a fetch asks for at most the smaller of
+// fetch_max_bytes and the subscription's MaxInFlightBytes.
+func (c *config) consumerOpts(topic string, opts driver.SubscribeOptions) []kgo.Opt {
 	reset := kgo.NewOffset().AtEnd()
-	if start == driver.StartEarliest {
+	if opts.StartAt == driver.StartEarliest {
 		reset = kgo.NewOffset().AtStart()
 	}
+	fetchMax := c.fetchMaxBytes
+	if b := opts.MaxInFlightBytes; b > 0 && b < int(fetchMax) {
+		fetchMax = int32(b)
+	}
 	return []kgo.Opt{
-		kgo.ConsumerGroup(group),
+		kgo.ConsumerGroup(opts.Group),
 		kgo.ConsumeTopics(topic),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.DisableAutoCommit(),
@@ -343,7 +358,7 @@ func (c *config) consumerOpts(topic, group string, start driver.StartAt) []kgo.O
 		kgo.HeartbeatInterval(c.heartbeat),
 		kgo.RebalanceTimeout(c.rebalanceTimeout),
 		kgo.FetchMaxWait(c.fetchMaxWait),
-		kgo.FetchMaxBytes(c.fetchMaxBytes),
-		kgo.FetchMaxPartitionBytes(c.fetchMaxPartBytes),
+		kgo.FetchMaxBytes(fetchMax),
+		kgo.FetchMaxPartitionBytes(min(c.fetchMaxPartBytes, fetchMax)),
 	}
 }

@@ -45,7 +45,7 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		owned:     map[int32]bool{},
 		revokedAt: map[int32]uint64{},
 	}
-	kopts := slices.Concat(c.common, c.cfg.consumerOpts(topic, opts.Group, opts.StartAt), []kgo.Opt{
+	kopts := slices.Concat(c.common, c.cfg.consumerOpts(topic, opts), []kgo.Opt{
 		kgo.OnPartitionsAssigned(s.onAssigned),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onLost),
@@ -55,14 +55,10 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		return nil, fmt.Errorf("kafkabus: subscribe %q group %q: %w: %w", topic, opts.Group, err, driver.ErrInvalid)
 	}
 	s.cl = cl
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.subs.Add(s) {
 		cl.Close()
 		return nil, fmt.Errorf("kafkabus: subscribe %q: %w", topic, driver.ErrClosed)
 	}
-	c.subs[s] = struct{}{}
-	c.mu.Unlock()
 
 	wait := time.NewTimer(c.cfg.rebalanceTimeout + c.cfg.sessionTimeout)
 	defer wait.Stop()
@@ -500,9 +496,7 @@ func (s *sub) Close() error {
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
-		s.conn.mu.Lock()
-		delete(s.conn.subs, s)
-		s.conn.mu.Unlock()
+		s.conn.subs.Remove(s)
 	})
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"net/url"
 	"slices"
@@ -36,7 +35,7 @@ var (
 )
 
 // Open implements driver.Driver.
-func (opener) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
+func (opener) Open(_ context.Context, u *url.URL, _ driver.OpenOptions) (driver.Conn, error) {
 	if err := driver.CheckParams(u, "partitions", "max_bytes"); err != nil {
 		return nil, fmt.Errorf("membus: %w", err)
 	}
@@ -46,15 +45,12 @@ func (opener) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
 		if v := q.Get(name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
-				return nil, fmt.Errorf("membus: URL %q: %s=%q, want a positive integer: %w", u.Redacted(), name, v, driver.ErrInvalid)
+				return nil, fmt.Errorf("membus: URL %q: %s=%q, want a positive integer: %w", omnibus.RedactURL(u.String()), name, v, driver.ErrInvalid)
 			}
 			*dst = n
 		}
 	}
-	name := u.Host + u.Path
-	if u.Opaque != "" {
-		name = u.Opaque
-	}
+	name := u.Host + u.Path // omnibus.Open refuses opaque URLs (mem:name)
 	if name == "" {
 		name = "default"
 	}
@@ -155,10 +151,8 @@ func (t *topic) growLocked(n int) {
 }
 
 type conn struct {
-	bus    *Bus
-	mu     sync.Mutex
-	closed bool
-	subs   map[*sub]struct{}
+	bus  *Bus
+	subs driver.Subscribers[*sub]
 }
 
 func (c *conn) Capabilities() driver.Capabilities {
@@ -173,9 +167,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 }
 
 func (c *conn) checkOpen(op, topic string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	if c.subs.Closed() {
 		return fmt.Errorf("membus: %s %q: %w", op, topic, driver.ErrClosed)
 	}
 	return nil
@@ -242,18 +234,13 @@ func (t *topic) partitionLocked(key string, n int) int {
 	if key == "" {
 		return int(t.rr.Add(1) % uint64(n))
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(n))
+	return driver.Partition(key, n)
 }
 
 // Partition returns the partition a key lands on in a topic of n
-// partitions (FNV-1a); empty keys are spread round-robin instead.
-func Partition(key string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(n))
-}
+// partitions (driver.Partition: FNV-1a); empty keys are spread
+// round-robin instead.
+func Partition(key string, n int) int { return driver.Partition(key, n) }
 
 func (c *conn) Subscribe(ctx context.Context, name string, opts driver.SubscribeOptions) (driver.Subscriber, error) {
 	if err := c.checkOpen("subscribe", name); err != nil {
@@ -273,12 +260,9 @@ func (c *conn) Subscribe(ctx context.Context, name string, opts driver.Subscribe
 	}
 	t.mu.Unlock()
 	s := &sub{conn: c, t: t, g: g, lanes: opts.Lanes, pos: map[int]int64{}, revoking: map[int]bool{}, wake: make(chan struct{}, 1)}
-	c.mu.Lock()
-	if c.subs == nil {
-		c.subs = map[*sub]struct{}{}
+	if !c.subs.Add(s) {
+		return nil, fmt.Errorf("membus: subscribe %q: %w", name, driver.ErrClosed)
 	}
-	c.subs[s] = struct{}{}
-	c.mu.Unlock()
 	g.rebalance.Lock()
 	g.members = append(g.members, s)
 	t.rebalance(ctx, g)
@@ -346,7 +330,7 @@ func (t *topic) rebalance(ctx context.Context, g *group) {
 			s.revoking[p] = true
 		}
 		t.mu.Unlock()
-		signal(s.wake)
+		driver.Notify(s.wake)
 		s.lanes.Revoked(ctx, t.lanes(ps))
 		t.mu.Lock()
 		for _, p := range ps {
@@ -368,7 +352,7 @@ func (t *topic) rebalance(ctx context.Context, g *group) {
 			s.pos[p] = g.committed[p]
 		}
 		t.mu.Unlock()
-		signal(s.wake)
+		driver.Notify(s.wake)
 	}
 }
 
@@ -382,24 +366,9 @@ func (t *topic) lanes(ps []int) []string {
 	return ls
 }
 
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 func (c *conn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.subs.Close() {
 		return nil
-	}
-	c.closed = true
-	subs := slices.Collect(maps.Keys(c.subs))
-	c.mu.Unlock()
-	for _, s := range subs {
-		_ = s.Close()
 	}
 	if c.bus.name != "" {
 		busesMu.Lock()
@@ -550,10 +519,8 @@ func (s *sub) Close() error {
 		s.t.mu.Lock()
 		s.closed = true
 		s.t.mu.Unlock()
-		signal(s.wake)
-		s.conn.mu.Lock()
-		delete(s.conn.subs, s)
-		s.conn.mu.Unlock()
+		driver.Notify(s.wake)
+		s.conn.subs.Remove(s)
 	})
 	return nil
 }

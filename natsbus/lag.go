@@ -75,12 +75,16 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 	return lags, nil
 }
 
-// GroupMembers reports how many members group has on a partitioned
+// GroupMembers reports how many members group has. On a partitioned
 // topic: the live heartbeats in the group's lease bucket (a member's key
-// expires lease_ttl after its last refresh). Pull consumers do not name
-// their members, so on an unpartitioned topic it returns an error
-// wrapping ErrUnsupported. The CLI's omnibus lag uses it to tell a
-// stopped group from a stalled one.
+// expires lease_ttl after its last refresh). On an unpartitioned one,
+// whose pull clients are anonymous, what the group's consumer shows: the
+// pull requests waiting (a member with room for messages keeps one
+// open), so at least 1 while one waits, 0 when none waits and no
+// message is held unacknowledged (no member is pulling or working), and
+// an error wrapping ErrUnsupported when it cannot tell (members busy, or
+// gone with messages not yet redelivered). The CLI's omnibus lag uses it
+// to tell a stopped group from a stalled one.
 func (c *conn) GroupMembers(ctx context.Context, topic, group string) (int, error) {
 	if err := c.checkOpen("members", topic); err != nil {
 		return 0, err
@@ -94,7 +98,18 @@ func (c *conn) GroupMembers(ctx context.Context, topic, group string) (int, erro
 		return fail(classify(err))
 	}
 	if subs := st.CachedInfo().Config.Subjects; len(subs) == 1 && subs[0] == topic {
-		return fail(fmt.Errorf("an unpartitioned topic's group members are anonymous pull clients: %w", driver.ErrUnsupported))
+		cons, err := c.js.Consumer(ctx, name, safeName(group))
+		if err != nil {
+			return fail(classify(err))
+		}
+		info := cons.CachedInfo()
+		switch {
+		case info.NumWaiting > 0:
+			return info.NumWaiting, nil
+		case info.NumAckPending == 0:
+			return 0, nil
+		}
+		return fail(fmt.Errorf("no pull request waiting, %d message(s) held: members busy or gone: %w", info.NumAckPending, driver.ErrUnsupported))
 	}
 	kv, err := c.js.KeyValue(ctx, leaseBucket(name, group))
 	if err != nil {

@@ -22,6 +22,52 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 	if err := c.checkOpen("lag", topic); err != nil {
 		return nil, err
 	}
+	queues := c.groupQueues(topic, group)
+	ac, _, err := c.pub.get(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitbus: lag %q group %q: %w", topic, group, err)
+	}
+	held := c.held()
+	out := make([]driver.LaneLag, len(queues))
+	// The passive declares go over the publishing connection, which the
+	// server blocks during an alarm: they honour ctx.
+	err = c.await(ctx, func() error {
+		var ch *amqp.Channel
+		defer func() {
+			if ch != nil {
+				_ = ch.Close()
+			}
+		}()
+		for i, q := range queues {
+			out[i] = driver.LaneLag{Lane: strconv.Itoa(i)}
+			if ch == nil || ch.IsClosed() { // a failed passive declare closes the channel
+				var err error
+				if ch, err = ac.Channel(); err != nil {
+					ch = nil
+					continue
+				}
+			}
+			info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			var ae *amqp.Error
+			switch {
+			case errors.As(err, &ae) && ae.Code == amqp.NotFound && i == 0:
+				return fmt.Errorf("group %q has no queue %q: %w", group, q, driver.ErrNotFound)
+			case err != nil:
+				continue
+			}
+			out[i].Lag, out[i].Known = int64(info.Messages)+int64(held[q]), true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rabbitbus: lag %q: %w", topic, err)
+	}
+	return out, nil
+}
+
+// groupQueues are the queues of group on topic: one, or one per
+// partition.
+func (c *conn) groupQueues(topic, group string) []string {
 	queues := []string{groupQueue(topic, group)}
 	if n := c.cfg.partitions; n > 0 {
 		queues = make([]string, n)
@@ -29,35 +75,41 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 			queues[p] = partitionQueue(topic, group, p)
 		}
 	}
+	return queues
+}
+
+// GroupMembers reports how many members group has: the most consumers
+// any of its queues has (every member consumes from the group's queue, or
+// from its partition queues), read with passive declares. A group whose
+// queue does not exist is ErrNotFound. The CLI's omnibus lag uses it to
+// tell a stopped group from a stalled one.
+func (c *conn) GroupMembers(ctx context.Context, topic, group string) (int, error) {
+	if err := c.checkOpen("members", topic); err != nil {
+		return 0, err
+	}
+	fail := func(err error) (int, error) {
+		return 0, fmt.Errorf("rabbitbus: members %q group %q: %w", topic, group, err)
+	}
 	ac, _, err := c.pub.get(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("rabbitbus: lag %q group %q: %w", topic, group, err)
+		return fail(err)
 	}
-	held := c.held()
-	out := make([]driver.LaneLag, len(queues))
-	var ch *amqp.Channel
-	defer func() {
-		if ch != nil {
-			_ = ch.Close()
-		}
-	}()
-	for i, q := range queues {
-		out[i] = driver.LaneLag{Lane: strconv.Itoa(i)}
-		if ch == nil || ch.IsClosed() { // a failed passive declare closes the channel
-			if ch, err = ac.Channel(); err != nil {
-				ch = nil
-				continue
-			}
-		}
+	ch, err := ac.Channel()
+	if err != nil {
+		return fail(err)
+	}
+	defer ch.Close()
+	members := 0
+	for _, q := range c.groupQueues(topic, group) {
 		info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
 		var ae *amqp.Error
-		switch {
-		case errors.As(err, &ae) && ae.Code == amqp.NotFound && i == 0:
-			return nil, fmt.Errorf("rabbitbus: lag %q: group %q has no queue %q: %w", topic, group, q, driver.ErrNotFound)
-		case err != nil:
-			continue
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return fail(fmt.Errorf("no queue %q: %w", q, driver.ErrNotFound))
 		}
-		out[i].Lag, out[i].Known = int64(info.Messages)+int64(held[q]), true
+		if err != nil {
+			return fail(err)
+		}
+		members = max(members, info.Consumers)
 	}
-	return out, nil
+	return members, nil
 }

@@ -45,7 +45,7 @@ func natsBaseline(ctx context.Context, _ *omnibus.Client, rawURL, _ string, o be
 	}
 	nc, err := nats.Connect(server.String(), nats.Timeout(5*time.Second), nats.MaxReconnects(0))
 	if err != nil {
-		return 0, 0, fmt.Errorf("connect %s: %w", server.Redacted(), err)
+		return 0, 0, fmt.Errorf("connect %s: %w", omnibus.RedactURL(server.String()), err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(natsbus.DefaultPublishWindow))
@@ -85,7 +85,7 @@ func natsBaseline(ctx context.Context, _ *omnibus.Client, rawURL, _ string, o be
 			if received.Add(1) == int64(o.count) {
 				close(done)
 			}
-		}, jetstream.PullMaxMessages(2*window))
+		}, jetstream.PullMaxMessages(window))
 		if err != nil {
 			return 0, 0, fmt.Errorf("consume: %w", err)
 		}

@@ -98,7 +98,7 @@ func (a *app) bench(ctx context.Context, o benchOptions) error {
 	if topic == "" {
 		topic = "omnibus-bench-" + shortID()
 	}
-	res := benchResult{Transport: scheme(a.rawURL), URL: redacted(a.rawURL), Topic: topic, Size: o.size, Count: o.count}
+	res := benchResult{Transport: scheme(a.rawURL), URL: omnibus.RedactURL(a.rawURL), Topic: topic, Size: o.size, Count: o.count}
 	if err := benchOmnibus(ctx, c, topic, o, &res); err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func (a *app) bench(ctx context.Context, o benchOptions) error {
 		if err != nil {
 			// The omnibus numbers stand; say why there is no comparison.
 			res.Baseline = ""
-			res.NoBaseline = oneLine(scrub(fmt.Sprintf("the raw %s baseline failed: %v", b.client, err), a.rawURL))
+			res.NoBaseline = oneLine(omnibus.Redact(fmt.Sprintf("the raw %s baseline failed: %v", b.client, err), a.rawURL))
 		} else {
 			res.RawPublishMsgsPerS, res.RawConsumeMsgsPerS = &pub, &con
 			if pub > 0 {

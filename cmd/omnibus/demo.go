@@ -112,7 +112,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 	defer a.closeClient(c)
 	run := shortID()
 	d := &demo{
-		o: o, c: c, url: redacted(a.rawURL),
+		o: o, c: c, url: omnibus.RedactURL(a.rawURL),
 		topic:   "demo.orders." + run,
 		ordered: c.Capabilities().Ordered,
 		led:     newLedger(),

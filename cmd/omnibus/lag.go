@@ -47,6 +47,7 @@ func (a *app) lagCmd() *cobra.Command {
 group, and judges each lane from a sliding window of samples:
 
   OK       caught up within the window, or the lag is falling
+  EARLY    lag, and one sample is too few to judge it (the first --watch report)
   WARN     the lag grows while offsets move: consumers alive but falling behind
   STALL    lag and no progress while the group has members (a stuck message)
   STOP     lag and the group stopped committing (no members left)
@@ -132,6 +133,7 @@ func (a *app) lag(ctx context.Context, o lagOptions) error {
 		return err
 	}
 	defer a.closeClient(c)
+	a.noteProcessLocal()
 	src, closeSrc, err := a.lagSource(ctx, c)
 	if err != nil {
 		return err

@@ -57,6 +57,18 @@ func kafkaLagSource(_ context.Context, rawURL string) (lagSource, func(), error)
 			return g, err
 		}
 		g.Members = len(dl.Members)
+		if len(dl.Lag[topic]) == 0 {
+			// The group has no position on the topic: say whether the
+			// topic exists at all, rather than report no lag.
+			topics, err := adm.ListTopics(ctx, topic)
+			if err != nil {
+				return g, err
+			}
+			if !topics.Has(topic) || topics[topic].Err != nil {
+				return g, fmt.Errorf("topic %q: %w", topic, omnibus.ErrNotFound)
+			}
+			return g, fmt.Errorf("group %q has no position on topic %q (it never consumed it): %w", group, topic, omnibus.ErrNotFound)
+		}
 		for p, l := range dl.Lag[topic] {
 			lane := strconv.Itoa(int(p))
 			known := l.Err == nil && l.Lag >= 0

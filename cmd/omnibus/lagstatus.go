@@ -8,6 +8,9 @@ const (
 	// statusOK: the lane is caught up (zero lag somewhere in the window) or
 	// its lag is falling.
 	statusOK laneStatus = "OK"
+	// statusEarly: the lane has lag and one sample is too few to judge
+	// its trend (the first report of --watch).
+	statusEarly laneStatus = "EARLY"
 	// statusWarn: the lag grew (or held) across the window while the group
 	// made progress: the consumers are alive but falling behind.
 	statusWarn laneStatus = "WARN"
@@ -26,16 +29,16 @@ func (s laneStatus) severity() int {
 	switch s {
 	case statusOK:
 		return 0
-	case statusWarn:
+	case statusEarly:
 		return 1
-	case statusUnknown:
+	case statusWarn:
 		return 2
 	case statusStall:
-		return 3
-	case statusStop:
 		return 4
+	case statusStop:
+		return 5
 	}
-	return 2
+	return 3 // statusUnknown
 }
 
 // worst returns the most severe of ss (OK when empty).
@@ -82,7 +85,7 @@ func classify(window []lagPoint) laneStatus {
 		return statusStop
 	}
 	if len(known) < 2 {
-		return statusOK // one sample with lag: too early to judge
+		return statusEarly
 	}
 	first := known[0]
 	progress := false

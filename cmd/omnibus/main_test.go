@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,27 @@ import (
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
 )
+
+// asCLI, set in a child process's environment, makes the test binary
+// run the omnibus command line (its arguments) instead of the tests.
+const asCLI = "OMNIBUS_TEST_AS_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asCLI) != "" {
+		os.Exit(runMain(os.Args[1:]))
+	}
+	// Commands run in-process on the default URL keep their data in a
+	// directory of the tests', not in the user's.
+	dir, err := os.MkdirTemp("", "omnibus-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_DATA_HOME", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // result is what one in-process run of the command produced.
 type result struct {
@@ -61,14 +84,18 @@ func wantCode(t testing.TB, r result, code int) {
 	}
 }
 
-// wantOneLineError checks the error contract: one line on stderr, naming
-// want, never showing secret.
+// wantOneLineError checks the error contract: one line on stderr (after
+// any notes), naming want, never showing secret.
 func wantOneLineError(t testing.TB, r result, want, secret string) {
 	t.Helper()
-	if n := strings.Count(r.stderr, "\n"); n != 1 || !strings.HasSuffix(r.stderr, "\n") {
+	stderr := r.stderr
+	for strings.HasPrefix(stderr, "omnibus: note: ") {
+		_, stderr, _ = strings.Cut(stderr, "\n")
+	}
+	if n := strings.Count(stderr, "\n"); n != 1 || !strings.HasSuffix(stderr, "\n") {
 		t.Errorf("stderr has %d lines, want 1:\n%s", n, r.stderr)
 	}
-	if !strings.HasPrefix(r.stderr, "omnibus: ") {
+	if !strings.HasPrefix(stderr, "omnibus: ") {
 		t.Errorf("stderr = %q, want it to start with \"omnibus: \"", r.stderr)
 	}
 	if !strings.Contains(r.stderr, want) {
@@ -83,8 +110,35 @@ func wantOneLineError(t testing.TB, r result, want, secret string) {
 // included, in its errors; the command must still not show it.
 type leaky struct{}
 
-func (leaky) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
+func (leaky) Open(_ context.Context, u *url.URL, _ driver.OpenOptions) (driver.Conn, error) {
 	return nil, fmt.Errorf("dial %s: connection refused (password %s)", u.String(), func() string { p, _ := u.User.Password(); return p }())
 }
 
-func init() { omnibus.Register("leaky", leaky{}) }
+// dropping is mem:// whose connection drops after its first two
+// publishes: every later publish fails with an error that ends send.
+type dropping struct{}
+
+func (dropping) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
+	c, err := omnibus.Open(ctx, "mem://"+u.Host)
+	if err != nil {
+		return nil, err
+	}
+	return &droppingConn{Conn: c.Driver()}, nil
+}
+
+type droppingConn struct {
+	driver.Conn
+	calls int
+}
+
+func (c *droppingConn) Publish(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions) error {
+	if c.calls++; c.calls > 2 {
+		return errors.New("connection reset by peer")
+	}
+	return c.Conn.Publish(ctx, topic, msgs, opts)
+}
+
+func init() {
+	omnibus.Register("leaky", leaky{})
+	omnibus.Register("dropping", dropping{})
+}

@@ -48,16 +48,13 @@ func (a *app) open(ctx context.Context, flag string) (*omnibus.Client, error) {
 	return c, nil
 }
 
-// redacted returns raw with any password hidden.
-func redacted(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(malformed URL)"
+// noteProcessLocal says, for a transport that lives inside the process
+// (mem://), that what the command sends or reads ends with it: commands
+// that hand messages to other commands (send, tail, lag) call it.
+func (a *app) noteProcessLocal() {
+	if scheme(a.rawURL) == "mem" {
+		fmt.Fprintln(a.stderr, "omnibus: note: mem:// lives only in this process: its messages are gone when the command ends (the default URL keeps them, for the next command)")
 	}
-	if _, ok := u.User.Password(); ok {
-		return u.Redacted()
-	}
-	return raw
 }
 
 // scheme returns the scheme of raw, or raw itself when it has none.
@@ -83,6 +80,6 @@ func isTerminal(w io.Writer) bool {
 // own result matters more.
 func (a *app) closeClient(c *omnibus.Client) {
 	if err := c.Close(); err != nil {
-		fmt.Fprintln(a.stderr, "omnibus: close:", oneLine(scrub(err.Error(), a.rawURL)))
+		fmt.Fprintln(a.stderr, "omnibus: close:", oneLine(omnibus.Redact(err.Error(), a.rawURL)))
 	}
 }

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"strings"
 
+	"github.com/omnibus-go/omnibus"
 	"github.com/spf13/cobra"
 )
 
@@ -41,7 +41,7 @@ func usagef(format string, args ...any) error {
 	return &usageError{fmt.Errorf(format, args...)}
 }
 
-// errInterrupted reports that Ctrl-C stopped bench or demo (exit 130).
+// errInterrupted reports that Ctrl-C stopped send, bench or demo (exit 130).
 var errInterrupted = errors.New("interrupted")
 
 // errSilent is a failure whose explanation the command already printed.
@@ -73,7 +73,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 	case errors.As(err, &ue) || !started:
 		code = exitUsage
 	}
-	msg := oneLine(scrub(err.Error(), a.rawURL))
+	msg := oneLine(omnibus.Redact(err.Error(), a.rawURL))
 	if code == exitUsage && !strings.Contains(msg, "--help") {
 		msg += " (see omnibus --help)"
 	}
@@ -87,13 +87,17 @@ func (a *app) rootCmd() *cobra.Command {
 		Short: "Send, tail, measure and demonstrate messaging on any omnibus transport",
 		Long: `omnibus speaks one messaging API over brokers and logs. Point it at a
 transport by URL (--url, or the OMNIBUS_URL environment variable); with
-neither it uses the embedded default, so nothing needs to be installed.
+neither it uses the embedded default, so nothing needs to be installed: a
+NATS JetStream server inside the command, keeping its data in
+$XDG_DATA_HOME/omnibus/nats (else ~/.local/share/omnibus/nats), shared
+by the omnibus commands running at the same time. mem:// lives inside
+one command only.
 
 Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
 		Example: `  omnibus demo
   omnibus demo --url mem://
   echo hello | omnibus send --topic greetings
-  omnibus tail --topic greetings --max 10 --json
+  omnibus tail --topic greetings --from earliest --max 1 --json
   omnibus lag --topic orders --group billing --watch
   omnibus bench --count 20000 --size 1024 --json`,
 		SilenceErrors: true,
@@ -104,7 +108,7 @@ Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.benchCmd(), a.demoCmd(), a.versionCmd())
+	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.benchCmd(), a.demoCmd(), a.serverCmd(), a.versionCmd())
 	return root
 }
 
@@ -112,36 +116,4 @@ Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
 func oneLine(s string) string {
 	s = strings.TrimSpace(s)
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ; ")), " ")
-}
-
-// scrub hides the password of raw wherever it appears in msg: omnibus
-// errors are already redacted, but a transport's client library might not
-// be.
-func scrub(msg, raw string) string {
-	if raw == "" {
-		return msg
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		// Unparseable: hide whatever sits between "user:" and "@".
-		if _, rest, ok := strings.Cut(raw, "://"); ok {
-			if at := strings.LastIndex(rest, "@"); at > 0 {
-				if _, pass, ok := strings.Cut(rest[:at], ":"); ok && pass != "" {
-					msg = strings.ReplaceAll(msg, pass, "xxxxx")
-				}
-			}
-		}
-		return msg
-	}
-	if pass, ok := u.User.Password(); ok && pass != "" {
-		msg = strings.ReplaceAll(msg, raw, u.Redacted())
-		msg = strings.ReplaceAll(msg, pass, "xxxxx")
-		if esc := url.QueryEscape(pass); esc != pass {
-			msg = strings.ReplaceAll(msg, esc, "xxxxx")
-		}
-		if esc := url.PathEscape(pass); esc != pass {
-			msg = strings.ReplaceAll(msg, esc, "xxxxx")
-		}
-	}
-	return msg
 }

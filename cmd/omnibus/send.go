@@ -33,8 +33,12 @@ func (a *app) sendCmd() *cobra.Command {
 		Short: "Publish one message per line of standard input, or generated messages",
 		Long: `send publishes one message per line of standard input (without the line
 ending), or, with --count, that many generated messages of --size bytes,
-keyed over --keys distinct keys. It ends with a summary line: messages sent,
-failed, and the rate. On a terminal, large counts show a progress bar.`,
+keyed over --keys distinct keys. It ends with a summary line: messages sent
+(confirmed by the transport), failed (refused: they did not land),
+unconfirmed (the publish ended before the transport answered: they may
+have landed), not sent, and the rate. On Ctrl-C it starts no new batch
+and waits up to 5s for the one in flight. On a terminal, large counts
+show a progress bar.`,
 		Example: `  echo '{"id":1}' | omnibus send --topic orders --key customer-7 --header kind=test
   omnibus send --topic orders < orders.jsonl
   omnibus send --url nats://localhost:4222 --topic load --count 100000 --size 512 --keys 64`,
@@ -84,11 +88,99 @@ func (o *sendOptions) validate(cmd *cobra.Command) (map[string]string, error) {
 	return h, nil
 }
 
-// sendStats counts what send did.
+// sendStats counts what send did with each message.
 type sendStats struct {
-	sent, failed int
-	firstErr     error
-	start        time.Time
+	sent        int // the transport confirmed them
+	failed      int // the transport refused them: they did not land
+	unconfirmed int // the publish ended without an answer: they may have landed
+	firstErr    error
+	start       time.Time
+}
+
+// sendGrace is how long a publish in flight may still take after Ctrl-C,
+// so that send learns whether its messages landed.
+const sendGrace = 5 * time.Second
+
+// add counts the outcome of publishing n messages.
+func (st *sendStats) add(n int, err error) {
+	var pe *omnibus.PublishError
+	switch {
+	case err == nil:
+		st.sent += n
+		return
+	case errors.As(err, &pe):
+		for _, f := range pe.Failed {
+			if unanswered(f.Err) {
+				st.unconfirmed++
+			} else {
+				st.failed++
+			}
+		}
+		st.sent += n - len(pe.Failed)
+	case unanswered(err):
+		st.unconfirmed += n
+	default:
+		st.failed += n
+	}
+	if st.firstErr == nil {
+		st.firstErr = err
+	}
+}
+
+// unanswered reports whether a publish error leaves the fate of its
+// messages unknown: the call ended (Ctrl-C, a deadline, a lost
+// connection) before the transport answered. Errors that stop a message
+// before it is sent (invalid, too large, closed client) are not.
+func unanswered(err error) bool {
+	for _, sure := range []error{omnibus.ErrInvalid, omnibus.ErrTooLarge, omnibus.ErrClosed, omnibus.ErrUnsupported} {
+		if errors.Is(err, sure) {
+			return false
+		}
+	}
+	var pe *omnibus.PublishError
+	return !errors.As(err, &pe) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// summary is send's last line of standard output.
+func (st *sendStats) summary(topic string, notSent int) string {
+	elapsed := time.Since(st.start)
+	s := fmt.Sprintf("sent %d, failed %d", st.sent, st.failed)
+	if st.unconfirmed > 0 {
+		s += fmt.Sprintf(", unconfirmed %d", st.unconfirmed)
+	}
+	if notSent > 0 {
+		s += fmt.Sprintf(", not sent %d", notSent)
+	}
+	return s + fmt.Sprintf(", %.0f msgs/s (%s to %q)", rate(st.sent, elapsed), elapsed.Round(time.Millisecond), topic)
+}
+
+// outcome explains how send ended, or nil when every message was sent.
+// notSent is -1 when send cannot know (the rest of standard input).
+func (st *sendStats) outcome(interrupted bool, notSent int) error {
+	var parts []string
+	if st.failed > 0 {
+		parts = append(parts, fmt.Sprintf("%d message(s) failed", st.failed))
+	}
+	if st.unconfirmed > 0 {
+		parts = append(parts, fmt.Sprintf("%d message(s) unconfirmed: they may have landed, check before sending them again", st.unconfirmed))
+	}
+	switch {
+	case notSent > 0:
+		parts = append(parts, fmt.Sprintf("%d message(s) not sent", notSent))
+	case notSent < 0:
+		parts = append(parts, "the rest of standard input was not sent")
+	}
+	msg := "send"
+	if len(parts) > 0 {
+		msg += ": " + strings.Join(parts, "; ")
+	}
+	switch {
+	case interrupted:
+		return fmt.Errorf("%s: %w", msg, errInterrupted)
+	case st.firstErr != nil:
+		return fmt.Errorf("%s: %w", msg, st.firstErr)
+	}
+	return nil
 }
 
 func (a *app) send(ctx context.Context, cmd *cobra.Command, o sendOptions) error {
@@ -101,29 +193,27 @@ func (a *app) send(ctx context.Context, cmd *cobra.Command, o sendOptions) error
 		return err
 	}
 	defer a.closeClient(c)
+	a.noteProcessLocal()
+
+	// Ctrl-C stops send from starting a batch; the batch in flight gets
+	// sendGrace to be answered.
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(sendGrace, cancel) })
+	defer stopGrace()
 
 	st := &sendStats{start: time.Now()}
 	bar := newProgress(a.stderr, o.count)
+	attempted := 0
 	publish := func(batch []*omnibus.Message) error {
-		err := c.Publish(ctx, o.topic, batch...)
+		err := c.Publish(pctx, o.topic, batch...)
+		attempted += len(batch)
+		st.add(len(batch), err)
+		bar.update(attempted)
 		var pe *omnibus.PublishError
-		switch {
-		case err == nil:
-			st.sent += len(batch)
-		case errors.As(err, &pe):
-			st.failed += len(pe.Failed)
-			st.sent += len(batch) - len(pe.Failed)
-			if st.firstErr == nil {
-				st.firstErr = err
-			}
-		default:
-			st.failed += len(batch)
-			if st.firstErr == nil {
-				st.firstErr = err
-			}
+		if err != nil && !errors.As(err, &pe) {
 			return err // the transport is gone, or ctx ended
 		}
-		bar.update(st.sent + st.failed)
 		return nil
 	}
 	newMsg := func(key string, body []byte) *omnibus.Message {
@@ -144,18 +234,18 @@ func (a *app) send(ctx context.Context, cmd *cobra.Command, o sendOptions) error
 		loopErr = sendLines(ctx, a.stdin, o, newMsg, publish)
 	}
 	bar.done()
-	elapsed := time.Since(st.start)
-	fmt.Fprintf(a.stdout, "sent %d, failed %d, %.0f msgs/s (%s to %q)\n",
-		st.sent, st.failed, rate(st.sent, elapsed), elapsed.Round(time.Millisecond), o.topic)
+	notSent := 0
 	switch {
-	case ctx.Err() != nil:
-		return errInterrupted
-	case loopErr != nil && st.firstErr != loopErr:
-		return loopErr // reading standard input failed
-	case st.firstErr != nil:
-		return fmt.Errorf("send: %d message(s) failed: %w", st.failed, st.firstErr)
+	case o.count > 0:
+		notSent = o.count - attempted
+	case loopErr != nil && (ctx.Err() != nil || loopErr == st.firstErr):
+		notSent = -1
 	}
-	return nil
+	fmt.Fprintln(a.stdout, st.summary(o.topic, max(notSent, 0)))
+	if loopErr != nil && ctx.Err() == nil && loopErr != st.firstErr {
+		return loopErr // reading standard input failed
+	}
+	return st.outcome(ctx.Err() != nil, notSent)
 }
 
 func sendGenerated(ctx context.Context, o sendOptions, newMsg func(string, []byte) *omnibus.Message, publish func([]*omnibus.Message) error) error {

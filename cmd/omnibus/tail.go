@@ -139,6 +139,7 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 		return err
 	}
 	defer a.closeClient(c)
+	a.noteProcessLocal()
 
 	// stop is closed once when tail must end: --max reached, a write
 	// failed, or Ctrl-C. A handler that gets a message it may not write

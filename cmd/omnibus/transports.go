@@ -12,10 +12,11 @@ import (
 
 // embeddedURL is the transport used when neither --url nor OMNIBUS_URL is
 // given: the zero-setup default, a NATS JetStream server inside the
-// process, storing in a temporary directory removed when it closes, with
-// topics of 4 partitions by default (natsbus's partitioned mode), so
-// consumers get ordered lanes and per-key order. It is the only place
-// that names the default.
+// process, keeping its data in the per-user data directory
+// (natsbus.DefaultDir; dir= overrides it) and shared with the other
+// omnibus processes running at the same time, with topics of 4 partitions
+// by default (natsbus's partitioned mode), so consumers get ordered lanes
+// and per-key order. It is the only place that names the default.
 var embeddedURL = natsbus.DefaultURL + "?partitions=4"
 
 // defaultURL returns the URL of the embedded default transport.

@@ -1,0 +1,155 @@
+// Package redact hides the credentials of a URL: the one implementation
+// behind omnibus.RedactURL and omnibus.Redact, here so that package
+// driver, which omnibus imports, can use it too.
+package redact
+
+import (
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// Mask replaces a hidden credential.
+const Mask = "xxxxx"
+
+// URL returns raw with its credentials hidden. The user info is
+// everything between the scheme (and the slashes after it) and the last
+// "@": a user name followed by ":" and a password keeps the name and
+// loses the rest; user info without a password (a token, or a user name
+// alone) is hidden whole, and so is user info whose name part holds an "@" (it cannot be
+// told from a host). It works on any string, also one that url.Parse
+// rejects or that has no host, so a credential typed with one slash,
+// none, or an unescaped "/", "?" or "#" in it is still hidden. When a
+// query value holds an "@", everything before it is hidden too: hiding
+// too much is the price of not knowing.
+func URL(raw string) string {
+	prefix, info, rest, ok := split(raw)
+	if !ok {
+		return raw
+	}
+	if user, pass, hasPass := strings.Cut(info, ":"); hasPass && pass != "" && !strings.Contains(user, "@") {
+		return prefix + user + ":" + Mask + rest
+	}
+	return prefix + Mask + rest
+}
+
+// Text returns s with rawURL's credentials hidden wherever they appear:
+// rawURL itself becomes URL(rawURL), then every remaining occurrence of
+// a secret (the password, or a user info without one), as written in
+// rawURL, decoded, or escaped, becomes Mask. Client libraries that quote
+// a URL or a password in their errors are made safe with it.
+func Text(s, rawURL string) string {
+	if rawURL == "" || s == "" {
+		return s
+	}
+	if strings.Contains(s, rawURL) {
+		s = strings.ReplaceAll(s, rawURL, URL(rawURL))
+	}
+	for _, secret := range Secrets(rawURL) {
+		s = strings.ReplaceAll(s, secret, Mask)
+	}
+	return s
+}
+
+// Secrets returns the forms in which rawURL's secret could appear in a
+// message (as written, decoded, escaped), longest first; nil when rawURL
+// has no user info. Where the URL has several "@", the user info could
+// end at any of them: the secret of each reading is included.
+func Secrets(rawURL string) []string {
+	prefix, _, _, ok := split(rawURL)
+	if !ok {
+		return nil
+	}
+	var forms []string
+	rest := rawURL[len(prefix):]
+	for i := range len(rest) {
+		if rest[i] != '@' {
+			continue
+		}
+		secret := rest[:i]
+		if user, pass, hasPass := strings.Cut(secret, ":"); hasPass && pass != "" {
+			secret = pass
+		} else if hasPass {
+			secret = user // "user:" with an empty password: the name may be a token
+		}
+		if secret == "" {
+			continue
+		}
+		forms = append(forms, secret)
+		if dec, err := url.PathUnescape(secret); err == nil {
+			forms = append(forms, dec)
+		}
+		if dec, err := url.QueryUnescape(secret); err == nil {
+			forms = append(forms, dec)
+		}
+	}
+	for _, f := range slices.Clone(forms) {
+		forms = append(forms, url.PathEscape(f), url.QueryEscape(f), (&url.URL{User: url.User(f)}).String()[2:])
+	}
+	var out []string
+	for _, f := range forms {
+		f = strings.TrimSuffix(f, "@")
+		if f != "" && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+// split cuts raw into the part before the user info (scheme, ":" and any
+// slashes), the user info, and the rest from the last "@" on. ok is false
+// when raw has no "@" after its scheme.
+func split(raw string) (prefix, info, rest string, ok bool) {
+	start := len(raw) - len(strings.TrimLeft(raw, " \t\r\n"))
+	start += schemeEnd(raw[start:])
+	for start < len(raw) && raw[start] == '/' {
+		start++
+	}
+	at := strings.LastIndexByte(raw[start:], '@')
+	if at < 0 {
+		return "", "", "", false
+	}
+	at += start
+	return raw[:start], raw[start:at], raw[at:], true
+}
+
+// schemeEnd returns the index after "scheme:" at the start of raw, or 0
+// when raw does not start with a scheme.
+func schemeEnd(raw string) int {
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		case i > 0 && c == ':':
+			return i + 1
+		default:
+			return 0
+		}
+	}
+	return 0
+}
+
+// Error returns err with rawURL's credentials hidden from its message
+// (nil for nil). The result unwraps to err, so errors.Is and errors.As
+// still see the client library's own error.
+func Error(err error, rawURL string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if safe := Text(msg, rawURL); safe != msg {
+		return &redactedError{msg: safe, err: err}
+	}
+	return err
+}
+
+// redactedError shows its error's message with credentials hidden.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }

@@ -1,0 +1,22 @@
+//go:build windows
+
+package natsbus
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/windows"
+)
+
+// tryLock takes an exclusive lock on f without waiting; false when
+// another open file (of any process) holds it. The system releases it
+// when f is closed or the process ends.
+func tryLock(f *os.File) (bool, error) {
+	var ol windows.Overlapped
+	err := windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_EXCLUSIVE_LOCK|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, &ol)
+	if errors.Is(err, windows.ERROR_LOCK_VIOLATION) {
+		return false, nil
+	}
+	return err == nil, err
+}
