@@ -207,10 +207,13 @@ func (s *suite) testGroupDeleted(t *testing.T) {
 
 // --- dead-letter topics that refuse ---
 
-// testDeadLetterRejected fails a message permanently where its dead
-// letter cannot land: the other keys keep flowing, the engine does not
-// log errors in a loop, and the message is not lost (it lands somewhere
-// or the group gets it again).
+// testDeadLetterRejected fails messages permanently where their dead
+// letters cannot land. What must hold, as DeadLetterTopic documents it: a
+// reason too long for the limit is cut to fit and the letter lands; a
+// letter that cannot land holds its key (nothing after it on that key is
+// handled), is tried again after a backoff with an ERROR each time, at
+// most every BackoffMax, while the other keys go on; and it is never
+// lost: it lands, or the group gets the message again.
 func (s *suite) testDeadLetterRejected(t *testing.T) {
 	t.Run("TooLarge", func(t *testing.T) {
 		pub := s.open(t)
@@ -226,22 +229,30 @@ func (s *suite) testDeadLetterRejected(t *testing.T) {
 		if err := pub.CreateTopic(ctxT(t), dlq, 1); err != nil {
 			t.Fatalf("CreateTopic(%q): %v", dlq, err)
 		}
-		s.poisonDoesNotStall(t, pub, topic, dlq, func(id string) {
-			// As large as the transport takes: the dead-letter headers,
-			// with a long reason, push it over the limit.
+		publish := func(id, key string, margin int) error {
+			m := &omnibus.Message{ID: id, Key: key, Type: "test.event", Headers: map[string]string{}}
+			m.Body = make([]byte, max-margin-len(m.ID)-len(m.Key)-len(m.Type))
+			return pub.Publish(ctxT(t), topic, m)
+		}
+		s.poisonDoesNotStall(t, pub, topic, dlq, func(poison, trim string) bool {
+			// The poison is as large as the transport takes: no reason
+			// fits. The other leaves room for the headers, not for the
+			// whole reason.
+			if err := publish(trim, "trim", len(poisonReason)/2); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
 			for _, margin := range []int{0, 256, 1 << 10, 4 << 10, 16 << 10} {
-				m := &omnibus.Message{ID: id, Key: "poison", Type: "test.event", Headers: map[string]string{}}
-				m.Body = make([]byte, max-margin-len(m.ID)-len(m.Key)-len(m.Type))
-				err := pub.Publish(ctxT(t), topic, m)
+				err := publish(poison, "poison", margin)
 				if err == nil {
-					t.Logf("poison message of %d bytes (limit %d)", len(m.Body), max)
-					return
+					t.Logf("poison message %d bytes under the limit of %d", margin, max)
+					return true
 				}
 				if !errors.Is(err, omnibus.ErrTooLarge) {
-					t.Fatalf("Publish of %d bytes: %v", len(m.Body), err)
+					t.Fatalf("Publish of %d bytes: %v", max-margin, err)
 				}
 			}
 			t.Fatalf("no message within 16 KiB of MaxMessageBytes %d was accepted", max)
+			return false
 		})
 	})
 	t.Run("InvalidTopic", func(t *testing.T) {
@@ -250,26 +261,33 @@ func (s *suite) testDeadLetterRejected(t *testing.T) {
 		// A reserved prefix for RabbitMQ, spaces and wildcards for NATS
 		// and Kafka.
 		dlq := "amq.dead letters *>"
-		s.poisonDoesNotStall(t, pub, topic, dlq, func(id string) {
-			if err := pub.Publish(ctxT(t), topic, &omnibus.Message{ID: id, Key: "poison", Body: []byte("poison")}); err != nil {
+		s.poisonDoesNotStall(t, pub, topic, dlq, func(poison, _ string) bool {
+			if err := pub.Publish(ctxT(t), topic, &omnibus.Message{ID: poison, Key: "poison", Body: []byte("poison")}); err != nil {
 				t.Fatalf("Publish: %v", err)
 			}
+			return false
 		}, omnibus.DeadLetterTopic(dlq))
 	})
 }
 
-// errorWindow is the least time over which poisonDoesNotStall counts the
-// engine's errors.
-const errorWindow = 3 * time.Second
+// The worker's retries in poisonDoesNotStall, and the least time over
+// which it counts the engine's errors.
+const (
+	poisonBackoffMin = 5 * time.Millisecond
+	poisonBackoffMax = 250 * time.Millisecond
+	errorWindow      = 3 * time.Second
+)
 
 // poisonReason is the reason a poison message fails with: long, so that
 // its dead letter is larger than the message.
 var poisonReason = "cannot parse: " + strings.Repeat("r", 32<<10)
 
-// poisonDoesNotStall runs a group on topic whose handler fails the poison
-// message (sent by publishPoison) permanently and handles the rest, with
-// dead letters going to dlq.
-func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq string, publishPoison func(id string), opts ...omnibus.SubscribeOption) {
+// poisonDoesNotStall runs a group on topic whose handler fails two
+// messages permanently, the poison and (when publish sends it) one whose
+// dead letter fits once its reason is cut, and handles the rest, with
+// dead letters going to dlq. publish sends them, given their IDs, and
+// says whether it sent the second.
+func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq string, publish func(poison, trim string) bool, opts ...omnibus.SubscribeOption) {
 	markGoroutines(t)
 	// The dead-letter topic's reader, where the transport lets one read
 	// it (where it can replay, it may read it later instead).
@@ -284,6 +302,7 @@ func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq
 		return nil
 	}
 	reading := read(earliest(pub)...) == nil
+	landed := func(id string) bool { return len(dead.missing([]string{id})) == 0 }
 	// The worker's client logs into errs.
 	errs := &errorLog{}
 	sub, err := omnibus.New(s.open(t).Driver(), omnibus.WithLogger(slog.New(errs)))
@@ -291,18 +310,24 @@ func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq
 		t.Fatalf("New: %v", err)
 	}
 	poison := "poison-" + strconv.FormatUint(rand.Uint64(), 36)
+	trim := "trim-" + strconv.FormatUint(rand.Uint64(), 36)
 	ok := newCollector()
-	var tries atomic.Int64
+	var tries, failed atomic.Int64
 	h := func(ctx context.Context, m *omnibus.Message) error {
-		if m.ID == poison {
+		if m.ID == poison || m.ID == trim {
 			tries.Add(1)
 			return omnibus.Permanent(errors.New(poisonReason))
 		}
 		ok.add(m)
 		return nil
 	}
+	observe := func(e omnibus.Event) {
+		if e.Kind == omnibus.EventDeadLetterFailed && e.Message != nil && e.Message.ID == poison {
+			failed.Add(1)
+		}
+	}
 	opts = append(append(earliest(pub), omnibus.Group("worker"), omnibus.MaxInFlight(4), omnibus.MaxAttempts(2),
-		omnibus.Backoff(5*time.Millisecond, 20*time.Millisecond), omnibus.DrainTimeout(2*time.Second)), opts...)
+		omnibus.Backoff(poisonBackoffMin, poisonBackoffMax), omnibus.DrainTimeout(2*time.Second), omnibus.Observe(observe)), opts...)
 	k, err := sub.Subscribe(ctxT(t), topic, h, opts...)
 	if err != nil {
 		// Refusing the dead-letter topic up front is the best outcome.
@@ -311,8 +336,9 @@ func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq
 	}
 	t.Cleanup(func() { within(t, cleanupWait, "Consumer.Close", func() { _ = k.Close() }) })
 	began := time.Now()
-	run(t, k)
-	publishPoison(poison)
+	runStuck(t, k)
+	sentTrim := publish(poison, trim)
+	behind := publishKeys(t, pub, topic, 1, 8, func(int) string { return "poison" })
 	healthy := publishKeys(t, pub, topic, 500, 8, func(i int) string { return "healthy" + strconv.Itoa(i%20) })
 	flowed := poll(30*time.Second, func() bool { return len(ok.missing(healthy)) == 0 })
 	if !flowed {
@@ -320,17 +346,46 @@ func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq
 			len(healthy)-len(ok.missing(healthy)), len(healthy), tries.Load())
 	}
 	// Errors counted over a few seconds at least: a loop shows by then.
+	// The backoff doubles from its minimum to its maximum, with jitter
+	// down to half, then stays there.
 	time.Sleep(time.Until(began.Add(errorWindow)))
-	if n, last := errs.count(); n > 10 {
-		t.Errorf("the engine logged %d errors in %v (a loop), the last: %s", n, time.Since(began).Round(time.Millisecond), last)
+	elapsed := time.Since(began)
+	most := 2 + int(elapsed/(poisonBackoffMax/2))
+	for d := poisonBackoffMin; d < poisonBackoffMax; d *= 2 {
+		most++
 	}
+	n, last := errs.count()
+	// Where the dead-letter topic cannot be read yet, the errors say
+	// whether the letter failed to land.
+	unlanded := (reading && !landed(poison)) || (!reading && n > 0)
+	switch {
+	case !unlanded:
+		t.Logf("the poison's dead letter landed in %q (%d errors before)", dlq, n)
+	case n > most:
+		t.Errorf("the engine logged %d errors in %v, more than one a backoff (Backoff(%v, %v): at most %d); the last: %s",
+			n, elapsed.Round(time.Millisecond), poisonBackoffMin, poisonBackoffMax, most, last)
+	case n == 0 || failed.Load() == 0:
+		t.Errorf("a dead letter that did not land was reported by %d ERROR logs and %d EventDeadLetterFailed; want both", n, failed.Load())
+	}
+	if orderOf(pub) == keyOrder && unlanded && len(ok.missing(behind)) == 0 {
+		t.Errorf("a message behind the poison on its key was handled while the poison's dead letter had not landed")
+	}
+	ok.check(t, orderOf(pub), false)
 	if !flowed {
 		return
 	}
-	// Undecided: what the engine does with a dead letter that can never
-	// land (trim it until it fits, then park it or fail the consumer).
-	// Assert that policy here once it is documented.
-
+	if sentTrim {
+		if !reading || !poll(10*time.Second, func() bool { return landed(trim) }) {
+			t.Errorf("a dead letter that fits once its reason is cut did not land in %q", dlq)
+		} else {
+			dead.mu.Lock()
+			reason := dead.msgs[trim].Headers[omnibus.HeaderDeadReason]
+			dead.mu.Unlock()
+			if len(reason) >= len(poisonReason) || !strings.HasPrefix(poisonReason, reason) {
+				t.Errorf("a dead letter's reason of %d bytes that did not fit landed as %d bytes, want it cut from the end", len(poisonReason), len(reason))
+			}
+		}
+	}
 	// Not lost: it landed in the dead-letter topic, or the group gets it
 	// again once this member is gone.
 	if !within(t, hang, "Consumer.Close", func() { _ = k.Close() }) {
@@ -339,8 +394,7 @@ func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq
 	if !reading && pub.Capabilities().Replay {
 		reading = read(omnibus.StartFrom(omnibus.StartEarliest)) == nil // the topic exists now
 	}
-	if reading && poll(2*time.Second, func() bool { return len(dead.missing([]string{poison})) == 0 }) {
-		t.Logf("the dead letter landed in %q", dlq)
+	if reading && poll(2*time.Second, func() bool { return landed(poison) }) {
 		return
 	}
 	again := newCollector()
@@ -348,7 +402,6 @@ func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq
 	Eventually(t, 30*time.Second, func() bool { return len(again.missing([]string{poison})) == 0 }, func() string {
 		return fmt.Sprintf("the poison message was neither dead-lettered (%d in %q) nor delivered to its group again: lost", dead.unique(), dlq)
 	})
-	ok.check(t, orderOf(pub), false)
 }
 
 // --- callbacks that call back in ---
@@ -461,7 +514,8 @@ func closeAll(t *testing.T, k *omnibus.Consumer, done <-chan error, c *omnibus.C
 
 // testHandlerIgnoresContext stops a consumer whose handlers ignore their
 // context: Shutdown, Scale and Run's drain return by their deadline with
-// the messages left unsettled, and Close returns.
+// the messages left unsettled, and Close after such a Shutdown returns.
+// (Close alone waits for the handlers, as documented.)
 func (s *suite) testHandlerIgnoresContext(t *testing.T) {
 	// Shutdown commits what is settled with a short grace after its
 	// deadline; beyond this the call is stuck.
@@ -473,6 +527,7 @@ func (s *suite) testHandlerIgnoresContext(t *testing.T) {
 		var err error
 		if within(t, deadline+grace, "Shutdown", func() { err = k.Shutdown(ctx) }) {
 			checkUnsettled(t, "Shutdown", err)
+			within(t, grace, "Close after Shutdown", func() { _ = k.Close() })
 		}
 	})
 	t.Run("RunDrain", func(t *testing.T) {
@@ -480,7 +535,8 @@ func (s *suite) testHandlerIgnoresContext(t *testing.T) {
 		began := time.Now()
 		cancel()
 		if err, ok := awaitRun(t, done, deadline+grace); ok {
-			t.Logf("Run returned %v after %v", err, time.Since(began).Round(time.Millisecond))
+			t.Logf("Run returned after %v", time.Since(began).Round(time.Millisecond))
+			checkUnsettled(t, "Run's drain", err)
 		}
 	})
 	t.Run("ScaleDown", func(t *testing.T) {
@@ -491,10 +547,6 @@ func (s *suite) testHandlerIgnoresContext(t *testing.T) {
 		if within(t, deadline+grace, "Scale(1)", func() { err = k.Scale(ctx, 1) }) {
 			checkUnsettled(t, "Scale(1)", err)
 		}
-	})
-	t.Run("Close", func(t *testing.T) {
-		k, _, _ := s.stuckHandlers(t, 1)
-		within(t, grace, "Close", func() { _ = k.Close() })
 	})
 }
 
@@ -592,7 +644,7 @@ func (s *suite) testRetryingKey(t *testing.T) {
 	}
 	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.MaxInFlight(4), omnibus.MaxAttempts(1<<20),
 		omnibus.Backoff(20*time.Millisecond, 100*time.Millisecond), omnibus.DrainTimeout(2*time.Second))...)
-	stop := run(t, k)
+	stop := runStuck(t, k)
 	if err := pub.Publish(ctxT(t), topic, &omnibus.Message{ID: stuck, Key: "stuck", Body: []byte("x")}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
