@@ -371,9 +371,6 @@ func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq
 		t.Errorf("a message behind the poison on its key was handled while the poison's dead letter had not landed")
 	}
 	ok.check(t, orderOf(pub), false)
-	if !flowed {
-		return
-	}
 	if sentTrim {
 		if !reading || !poll(10*time.Second, func() bool { return landed(trim) }) {
 			t.Errorf("a dead letter that fits once its reason is cut did not land in %q", dlq)
