@@ -85,17 +85,15 @@ func deleteGroup(ctx context.Context, t testing.TB, rawURL, topic, group string)
 	t.Logf("deleted consumers %v of stream %q", names, name)
 }
 
-// cleanupSuiteStreams deletes the streams the suite created under t on
-// the external server, and their groups' lease buckets.
+// cleanupSuiteStreams deletes, at the end of t, the streams the suite
+// created on the external server in this process (their names start with
+// the suite's prefix), and its groups' buckets.
 func cleanupSuiteStreams(t *testing.T, serverURL string) {
-	// The suite keeps the last 60 characters of a long test name: match
-	// on the test's name without its "Test" prefix, anywhere.
-	name := strings.ToLower(topicRE.ReplaceAllString(strings.TrimPrefix(t.Name(), "Test"), "-"))
+	prefix := strings.ToLower(transporttest.TopicPrefix())
 	t.Cleanup(func() {
-		// The topics' streams, and the lease buckets of their groups.
 		deleteStreamsWhere(t, serverURL, func(n string) bool {
 			l := strings.ToLower(n)
-			return (strings.HasPrefix(l, "omnibus-") || strings.HasPrefix(l, "kv_omnibus-")) && strings.Contains(l, name+"-")
+			return strings.HasPrefix(l, prefix) || strings.HasPrefix(l, "kv_"+prefix)
 		})
 	})
 }

@@ -88,6 +88,15 @@ func (s *suite) open(t *testing.T) *omnibus.Client {
 
 var unsafe = regexp.MustCompile(`[^a-z0-9]+`)
 
+// topicPrefix starts every topic the suite creates in this process.
+var topicPrefix = fmt.Sprintf("omnibus-%06x-", rand.Uint32()&0xffffff)
+
+// TopicPrefix starts the name of every topic the suite creates in this
+// process, and so of what a transport names after a topic. A harness on
+// a server other runs share deletes at the end what starts with it, and
+// nothing of theirs.
+func TopicPrefix() string { return topicPrefix }
+
 // topic returns a fresh topic named after the test, created with the
 // harness's lane count.
 func (s *suite) topic(t *testing.T, c *omnibus.Client) string {
@@ -96,7 +105,7 @@ func (s *suite) topic(t *testing.T, c *omnibus.Client) string {
 	if len(name) > 60 {
 		name = name[len(name)-60:]
 	}
-	name = fmt.Sprintf("omnibus-%s-%x", name, rand.Uint32())
+	name = fmt.Sprintf("%s%s-%x", topicPrefix, name, rand.Uint32())
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := c.CreateTopic(ctx, name, s.h.Lanes); err != nil {
