@@ -29,6 +29,7 @@ type app struct {
 	getenv func(string) string
 
 	rawURL string // the URL the command resolved, for scrubbing errors
+	name   string // how to show the URL, when not as rawURL redacted
 }
 
 // usageError is an error in the command line itself (exit 2).

@@ -86,9 +86,9 @@ func rabbitTopic(t testing.TB) (url, topic string, count held) {
 	t.Cleanup(func() {
 		if ch, err := ac.Channel(); err == nil {
 			_, _ = ch.QueueDelete(queue, false, false, false)
-			_ = ch.ExchangeDelete(topic, false, false)
 		}
 		ac.Close()
+		deleteExchange(t, url, topic)
 	})
 	return url, topic, func(t testing.TB) int {
 		ch, err := ac.Channel()
@@ -101,6 +101,19 @@ func rabbitTopic(t testing.TB) (url, topic string, count held) {
 			t.Fatal(err)
 		}
 		return q.Messages
+	}
+}
+
+// deleteExchange deletes topic's exchange from the RabbitMQ at url.
+func deleteExchange(t testing.TB, url, topic string) {
+	ac, err := amqp.Dial(url)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	defer ac.Close()
+	if ch, err := ac.Channel(); err == nil {
+		_ = ch.ExchangeDelete(topic, false, false)
 	}
 }
 
