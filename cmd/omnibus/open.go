@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -42,11 +43,46 @@ func (a *app) open(ctx context.Context, flag string) (*omnibus.Client, error) {
 	raw := a.resolveURL(flag)
 	octx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
-	c, err := omnibus.Open(octx, raw)
-	if err != nil {
-		return nil, err
+	type opened struct {
+		c   *omnibus.Client
+		err error
 	}
-	return c, nil
+	done := make(chan opened, 1)
+	go func() { // ends with octx at the latest
+		c, err := omnibus.Open(octx, raw)
+		done <- opened{c, err}
+	}()
+	var r opened
+	select {
+	case r = <-done:
+		if r.err == nil || errors.Is(r.err, omnibus.ErrInvalid) || errors.Is(r.err, omnibus.ErrUnknownScheme) {
+			return r.c, r.err
+		}
+	case <-time.After(probeAfter):
+	}
+	// Slow or failed: when the port speaks another protocol, say so now.
+	if werr := wrongProtocol(octx, raw); werr != nil {
+		cancel()
+		if r.c == nil && r.err == nil {
+			select {
+			case r = <-done:
+			default: // a client library may not heed ctx while it waits for the server's answer
+				go func() { // ends when Open returns, within openTimeout
+					if r := <-done; r.c != nil {
+						_ = r.c.Close()
+					}
+				}()
+			}
+		}
+		if r.c != nil {
+			return r.c, nil // it opened after all
+		}
+		return nil, fmt.Errorf("omnibus: open %s: %w", omnibus.RedactURL(raw), werr)
+	}
+	if r.c == nil && r.err == nil {
+		r = <-done
+	}
+	return r.c, r.err
 }
 
 // topicExister is implemented by a transport connection that can tell

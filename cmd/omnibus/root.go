@@ -74,7 +74,8 @@ func (a *app) run(ctx context.Context, args []string) int {
 	case errors.As(err, &ue) || !started:
 		code = exitUsage
 	}
-	msg := oneLine(omnibus.Redact(err.Error(), a.rawURL))
+	// One "omnibus:" at the start, however deep the wrapping.
+	msg := strings.ReplaceAll(oneLine(omnibus.Redact(err.Error(), a.rawURL)), ": omnibus: ", ": ")
 	if code == exitUsage && !strings.Contains(msg, "--help") {
 		msg += " (see omnibus --help)"
 	}
