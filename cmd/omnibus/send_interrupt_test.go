@@ -117,6 +117,27 @@ func deleteExchange(t testing.TB, url, topic string) {
 	}
 }
 
+// serverTopic names a transport and gives a URL of it and a fresh topic.
+type serverTopic struct {
+	name string
+	url  func(t testing.TB) (url, topic string)
+}
+
+// onEveryTransport are the transports of the machine's servers (and
+// kfake), each with a fresh topic; partitioned NATS with partitions
+// lanes.
+func onEveryTransport(partitions int) []serverTopic {
+	return []serverTopic{
+		{"kafka", func(t testing.TB) (string, string) { return kafkaURL(t), "t-" + shortID() }},
+		{"nats", func(t testing.TB) (string, string) { u, topic, _ := natsTopic(t); return u, topic }},
+		{"nats partitioned", func(t testing.TB) (string, string) {
+			u, topic, _ := natsTopic(t)
+			return u + "?partitions=" + strconv.Itoa(partitions) + "&lease_ttl=1s&rebalance_interval=100ms", topic
+		}},
+		{"rabbitmq", func(t testing.TB) (string, string) { u, topic, _ := rabbitTopic(t); return u, topic }},
+	}
+}
+
 var sendSummary = regexp.MustCompile(`^sent (\d+), failed (\d+)(?:, unconfirmed (\d+))?(?:, not sent (\d+))?, `)
 
 // TestSendInterruptCountsWhatLanded: Ctrl-C in the middle of a send

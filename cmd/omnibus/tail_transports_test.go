@@ -14,20 +14,15 @@ import (
 // second tail does not wait for the transport's redelivery timeout: tail
 // acknowledged only what it wrote and handed the rest back at once.
 func TestTailMaxReleasesTheRest(t *testing.T) {
-	transports := []struct {
-		name string
-		url  func(t testing.TB) (url, topic string)
-	}{
-		{"kafka", func(t testing.TB) (string, string) { return kafkaURL(t), "tailed" }},
-		// natsbus hands back what a closed member held only when the
-		// group's ack_wait runs out (2s here, 30s by default).
-		{"nats", func(t testing.TB) (string, string) { u, topic, _ := natsTopic(t); return u + "?ack_wait=2s", topic }},
-		{"nats partitioned", func(t testing.TB) (string, string) {
-			u, topic, _ := natsTopic(t)
-			return u + "?partitions=3&lease_ttl=1s&rebalance_interval=100ms", topic
-		}},
-		{"rabbitmq", func(t testing.TB) (string, string) { u, topic, _ := rabbitTopic(t); return u, topic }},
+	transports := onEveryTransport(3)
+	for i, tr := range transports {
+		if tr.name == "nats" {
+			// natsbus hands back what a closed member held only when the
+			// group's ack_wait runs out (2s here, 30s by default).
+			transports[i].url = func(t testing.TB) (string, string) { u, topic, _ := natsTopic(t); return u + "?ack_wait=2s", topic }
+		}
 	}
+	transports = append(transports, serverTopic{"mem", func(t testing.TB) (string, string) { raw, _ := memURL(t, "?partitions=3"); return raw, "t" }})
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
 			raw, topic := tr.url(t)
