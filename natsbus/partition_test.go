@@ -255,8 +255,8 @@ func TestGroupLag(t *testing.T) {
 				}).GroupMembers(ctx, topic, "g")
 			}
 			got, err := members()
-			if tt.lanes == 1 && !errors.Is(err, omnibus.ErrUnsupported) {
-				t.Errorf("GroupMembers on an unpartitioned topic: %d, %v; want ErrUnsupported", got, err)
+			if tt.lanes == 1 && err != nil && !errors.Is(err, omnibus.ErrUnsupported) {
+				t.Errorf("GroupMembers on an unpartitioned topic: %d, %v; want a count, or ErrUnsupported when it cannot tell", got, err)
 			}
 			if tt.lanes > 1 && (err != nil || got != 1) {
 				t.Errorf("GroupMembers with one member: %d, %v; want 1", got, err)

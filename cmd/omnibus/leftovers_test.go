@@ -27,7 +27,7 @@ func TestTailSaysTheTopicIsNew(t *testing.T) {
 				url = []string{"--url", raw}
 			}
 			tail := func() result {
-				ctx, cancel := context.WithTimeout(ctxT(t), time.Second)
+				ctx, cancel := context.WithTimeout(ctxT(t), 3*time.Second) // Ctrl-C after 3s
 				defer cancel()
 				return runCmd(t, ctx, nil, "", append([]string{"tail", "--topic", topic}, url...)...)
 			}
