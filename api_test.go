@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,7 +84,9 @@ func TestRegisterPanics(t *testing.T) {
 
 type nilDriver struct{}
 
-func (nilDriver) Open(context.Context, *url.URL) (driver.Conn, error) { return nil, nil }
+func (nilDriver) Open(context.Context, *url.URL, driver.OpenOptions) (driver.Conn, error) {
+	return nil, nil
+}
 
 func TestBadOptions(t *testing.T) {
 	ctx := context.Background()
@@ -230,4 +233,53 @@ func openMem(t testing.TB) *omnibus.Client {
 // the test output.
 func quiet() omnibus.Option {
 	return omnibus.WithLogger(slog.New(slog.DiscardHandler))
+}
+
+// A client made from a driver connection is named after its transport, in
+// its String and in its log lines.
+func TestNewNamesTransport(t *testing.T) {
+	buf := &lockedBuffer{}
+	c, err := omnibus.New(membus.New(membus.Config{}).Conn(), omnibus.WithLogger(slog.New(slog.NewTextHandler(buf, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.String() != "membus" {
+		t.Errorf("String() = %q, want membus", c.String())
+	}
+	k, err := c.Subscribe(context.Background(), "t", func(context.Context, *omnibus.Message) error { panic("boom") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	go k.Run(context.Background())
+	if err := c.Publish(context.Background(), "t", &omnibus.Message{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(buf.String(), "handler panicked") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	k.Close()
+	log := buf.String()
+	if !strings.Contains(log, "transport=membus") || strings.Contains(log, "msg=\"omnibus:") {
+		t.Errorf("log line %q: want transport=membus and a message without an omnibus: prefix", strings.SplitN(log, "\n", 2)[0])
+	}
+}
+
+// lockedBuffer is a strings.Builder safe for a logger and a test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -100,7 +102,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := d.Open(ctx, u)
+	conn, err := d.Open(ctx, u, driver.OpenOptions{Logger: cfg.transportLogger(u.Scheme)})
 	if err != nil {
 		// Name the URL once: transports name the URL they were given in
 		// their errors. A transport's client library might quote a
@@ -126,7 +128,7 @@ func New(conn driver.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("%T", conn)
+	name := transportName(conn)
 	return newClient(conn, name, name, cfg), nil
 }
 
@@ -140,23 +142,43 @@ func applyOptions(opts []Option) (clientConfig, error) {
 	return cfg, nil
 }
 
+// transportLogger is the client's logger (WithLogger, or slog.Default),
+// naming the transport: the client, its consumers and its driver log
+// through it.
+func (cfg clientConfig) transportLogger(scheme string) *slog.Logger {
+	l := cfg.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	return l.With("transport", scheme)
+}
+
 func newClient(conn driver.Conn, scheme, name string, cfg clientConfig) *Client {
 	c := &Client{
 		conn:      conn,
 		caps:      conn.Capabilities(),
 		name:      name,
 		scheme:    scheme,
-		logger:    cfg.logger,
+		logger:    cfg.transportLogger(scheme),
 		consumers: map[*Consumer]struct{}{},
 	}
 	if cfg.durability != nil {
 		c.durability = *cfg.durability
 	}
-	if c.logger == nil {
-		c.logger = slog.Default()
-	}
-	c.logger = c.logger.With("transport", scheme)
 	return c
+}
+
+// transportName names a connection made without a URL after its driver's
+// package ("membus" for membus.New().Conn()).
+func transportName(conn driver.Conn) string {
+	t := reflect.TypeOf(conn)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if p := t.PkgPath(); p != "" {
+		return path.Base(p)
+	}
+	return t.String()
 }
 
 // ParseDurability parses "none", "leader" or "all".
@@ -319,22 +341,30 @@ func (c *Client) checkOpen(op, topic string) error {
 // Close closes every consumer of the client at once (see Consumer.Close),
 // then the connection. Close is idempotent; use Consumer.Shutdown first to
 // drain.
+//
+// Called from a handler or observer, Close cannot wait for its caller: it
+// closes everything in the background and returns nil at once.
 func (c *Client) Close() error {
+	if calledFromEngine() {
+		go c.Close()
+		return nil
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil
 	}
-	c.closed = true
 	consumers := make([]*Consumer, 0, len(c.consumers))
 	for k := range c.consumers {
 		consumers = append(consumers, k)
 	}
+	c.closed = true
 	c.mu.Unlock()
+	errs := make([]error, 0, len(consumers)+1)
 	for _, k := range consumers {
-		k.Close()
+		errs = append(errs, k.Close())
 	}
-	return c.conn.Close()
+	return joinErrors(append(errs, c.conn.Close()))
 }
 
 func (c *Client) addConsumer(k *Consumer) error {

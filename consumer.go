@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -158,11 +157,12 @@ func (k *Consumer) addMember(ctx context.Context) (*member, error) {
 
 	m := newMember(k, id)
 	sub, err := k.client.conn.Subscribe(ctx, k.topic, driver.SubscribeOptions{
-		Group:       k.cfg.group,
-		Ephemeral:   k.cfg.ephemeral,
-		StartAt:     k.cfg.startAt,
-		MaxInFlight: k.cfg.maxInFlight,
-		Lanes:       m,
+		Group:            k.cfg.group,
+		Ephemeral:        k.cfg.ephemeral,
+		StartAt:          k.cfg.startAt,
+		MaxInFlight:      k.cfg.maxInFlight,
+		MaxInFlightBytes: k.cfg.maxBytes,
+		Lanes:            m,
 	})
 	if err != nil {
 		m.cancel()
@@ -188,9 +188,10 @@ func (k *Consumer) addMember(ctx context.Context) (*member, error) {
 }
 
 // Run starts the consumer and blocks until ctx ends (then it drains as
-// Shutdown does, bounded by DrainTimeout, and returns nil), until Shutdown
-// or Close is called (nil), or until the transport fails in a way the
-// engine cannot recover from (that error).
+// Shutdown does, bounded by DrainTimeout, and returns what Shutdown
+// returns: nil when everything received was settled and committed), until
+// Shutdown or Close is called (nil), or until the transport fails in a way
+// the engine cannot recover from (that error).
 func (k *Consumer) Run(ctx context.Context) error {
 	k.mu.Lock()
 	if k.started {
@@ -211,10 +212,11 @@ func (k *Consumer) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.drainTimeout)
 		defer cancel()
-		if err := k.Shutdown(sctx); err != nil && !errors.Is(err, ErrClosed) {
-			k.logger.Warn("omnibus: drain after cancellation incomplete", "err", err)
+		err := k.Shutdown(sctx)
+		if errors.Is(err, ErrClosed) {
+			return nil // stopped meanwhile by Shutdown or Close
 		}
-		return nil
+		return err
 	case <-k.done:
 		k.mu.Lock()
 		defer k.mu.Unlock()
@@ -229,7 +231,7 @@ func (k *Consumer) fail(err error) {
 		k.err = err
 	}
 	k.mu.Unlock()
-	k.logger.Error("omnibus: consumer failed", "err", err)
+	k.logger.Error("consumer failed", "err", err)
 	go k.Close() // not from the member's own goroutine, which Close waits for
 }
 
@@ -237,9 +239,19 @@ func (k *Consumer) fail(err error) {
 // (retries included), commits what is settled, leaves the group and
 // returns. When ctx ends first, running handlers see their context
 // cancelled, the rest is released to the transport (which delivers it
-// again), and Shutdown returns an *UnsettledError wrapping ctx's error.
-// Shutdown after Shutdown or Close returns ErrClosed.
+// again), and Shutdown returns an *UnsettledError wrapping ctx's error,
+// without waiting for a handler that ignores its context (its result is
+// discarded when it returns). A failed final commit or acknowledgement
+// is returned too (errors.As finds each). Shutdown after Shutdown or
+// Close returns ErrClosed.
+//
+// Shutdown called from a handler or observer (of any consumer) could wait
+// for its caller: it returns an error wrapping ErrInvalid instead (cancel
+// Run's context, or call Close, which is safe there).
 func (k *Consumer) Shutdown(ctx context.Context) error {
+	if calledFromEngine() {
+		return k.reentered("shutdown")
+	}
 	members, ok := k.stop()
 	if !ok {
 		return fmt.Errorf("omnibus: shutdown %q: %w", k.topic, ErrClosed)
@@ -247,35 +259,64 @@ func (k *Consumer) Shutdown(ctx context.Context) error {
 	unsettled := 0
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	var errs []error
 	for _, m := range members {
 		wg.Go(func() {
-			n := m.shutdown(ctx)
+			n, err := m.shutdown(ctx)
 			mu.Lock()
 			unsettled += n
+			if err != nil {
+				errs = append(errs, err)
+			}
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	k.finish()
 	if unsettled > 0 {
-		return &UnsettledError{Topic: k.topic, Count: unsettled, Err: ctx.Err()}
+		errs = append([]error{&UnsettledError{Topic: k.topic, Count: unsettled, Err: ctx.Err()}}, errs...)
 	}
-	return nil
+	return joinErrors(errs)
 }
 
 // Close stops the consumer at once: handlers see their context
 // cancelled, nothing more is committed or acknowledged, and unsettled
-// messages are delivered again by the transport later. Close waits for the handlers to
-// return, so no goroutine outlives it. Close is idempotent.
+// messages are delivered again by the transport later. Close waits for the
+// handlers to return, so no goroutine outlives it, and returns the error
+// of leaving the group, if any. Close is idempotent.
+//
+// Called from a handler or observer (of any consumer), Close cannot wait
+// for its caller: it stops the consumer in the background and returns nil
+// at once; the rest ends when the handler returns.
 func (k *Consumer) Close() error {
+	if calledFromEngine() {
+		go k.Close()
+		return nil
+	}
 	members, _ := k.stop()
 	var wg sync.WaitGroup
-	for _, m := range members {
-		wg.Go(m.close)
+	errs := make([]error, len(members))
+	for i, m := range members {
+		wg.Go(func() { errs[i] = m.close() })
 	}
 	wg.Wait()
 	k.finish()
-	return nil
+	return joinErrors(errs)
+}
+
+// reentered is the error of a call that would wait for its own caller.
+func (k *Consumer) reentered(op string) error {
+	return fmt.Errorf("omnibus: %s %q: called from a handler or observer, it could wait for itself "+
+		"(cancel Run's context or call Close instead): %w", op, k.topic, ErrInvalid)
+}
+
+// joinErrors is errors.Join that returns a single error as itself.
+func joinErrors(errs []error) error {
+	errs = slices.DeleteFunc(errs, func(err error) bool { return err == nil })
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }
 
 func (k *Consumer) stop() ([]*member, bool) {
@@ -309,10 +350,15 @@ func (k *Consumer) Members() int {
 
 // Scale sets the number of group members to n (at least 1): it joins new
 // members, or shuts down the newest ones gracefully (their lanes are
-// drained and committed before they move), bounded by ctx.
+// drained and committed before they move), bounded by ctx as Shutdown is.
+// Called from a handler or observer (of any consumer) it returns an error
+// wrapping ErrInvalid: it could wait for its caller.
 func (k *Consumer) Scale(ctx context.Context, n int) error {
 	if err := positive("consumers", n); err != nil {
 		return err
+	}
+	if calledFromEngine() {
+		return k.reentered("scale")
 	}
 	for {
 		k.mu.Lock()
@@ -333,8 +379,12 @@ func (k *Consumer) Scale(ctx context.Context, n int) error {
 				return err
 			}
 		case victim != nil:
-			if left := victim.shutdown(ctx); left > 0 {
-				return &UnsettledError{Topic: k.topic, Count: left, Err: ctx.Err()}
+			left, err := victim.shutdown(ctx)
+			if left > 0 {
+				return joinErrors([]error{&UnsettledError{Topic: k.topic, Count: left, Err: ctx.Err()}, err})
+			}
+			if err != nil {
+				return err
 			}
 		default:
 			return nil
@@ -342,176 +392,9 @@ func (k *Consumer) Scale(ctx context.Context, n int) error {
 	}
 }
 
-// Lag reports the group's lag per lane, from the transport. A lane whose
-// lag the transport could not read has Known false; it is never reported
-// as zero. Lag returns a *CapabilityError on transports without lag.
-func (k *Consumer) Lag(ctx context.Context) ([]LaneLag, error) {
-	k.mu.Lock()
-	var readers []driver.LagReader
-	for _, m := range k.members {
-		if r, ok := m.sub.(driver.LagReader); ok {
-			readers = append(readers, r)
-		}
-	}
-	stopping := k.stopping
-	k.mu.Unlock()
-	if stopping {
-		return nil, fmt.Errorf("omnibus: lag %q: %w", k.topic, ErrClosed)
-	}
-	if _, ok := k.client.conn.(driver.GroupLagReader); ok || len(readers) == 0 {
-		return k.client.Lag(ctx, k.topic, k.cfg.group)
-	}
-	// Each member tells at least about its own lanes: take every lane's
-	// known report.
-	byLane := map[string]LaneLag{}
-	for _, r := range readers {
-		lags, err := r.Lag(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("omnibus: lag %q group %q: %w", k.topic, k.cfg.group, err)
-		}
-		for _, l := range lags {
-			if old, seen := byLane[l.Lane]; !seen || !old.Known {
-				byLane[l.Lane] = l
-			}
-		}
-	}
-	return sortLags(slices.Collect(maps.Values(byLane))), nil
-}
-
-func sortLags(lags []LaneLag) []LaneLag {
-	slices.SortFunc(lags, func(a, b LaneLag) int { return compareLanes(a.Lane, b.Lane) })
-	return lags
-}
-
-// Lag reports a consumer group's lag per lane of topic without joining the
-// group, on transports that can (see driver.GroupLagReader); elsewhere it
-// returns a *CapabilityError.
-func (c *Client) Lag(ctx context.Context, topic, group string) ([]LaneLag, error) {
-	if err := c.checkOpen("lag", topic); err != nil {
-		return nil, err
-	}
-	r, ok := c.conn.(driver.GroupLagReader)
-	if !ok {
-		return nil, &CapabilityError{Scheme: c.scheme, Capability: "lag", Detail: "the transport cannot read a group's lag from outside the group"}
-	}
-	lags, err := r.GroupLag(ctx, topic, group)
-	if err != nil {
-		return nil, fmt.Errorf("omnibus: lag %q group %q: %w", topic, group, err)
-	}
-	return sortLags(lags), nil
-}
-
-// LaneLag is the lag of one lane; see driver.LaneLag.
-type LaneLag = driver.LaneLag
-
-// Stats is a snapshot of the consumer's engine.
-type Stats struct {
-	Members   int
-	InFlight  int   // messages received and not settled
-	Processed int64 // messages settled since the consumer started
-	Lanes     []LaneStats
-}
-
-// LaneStats is one lane in a Stats snapshot: every lane the consumer has
-// held, claimed now or not.
-type LaneStats struct {
-	Lane string
-	// Member is the index of the member holding the lane, -1 when none
-	// does now (the lane is changing hands, or went to another process).
-	Member   int
-	InFlight int
-	// Settled counts the lane's messages this consumer has settled and
-	// committed past (on logs: passed by the watermark), across members.
-	// A lane with lag whose Settled does not move is stalled.
-	Settled int64
-}
-
-func (k *Consumer) laneCounter(id string) *atomic.Int64 {
-	k.settledMu.Lock()
-	defer k.settledMu.Unlock()
-	c := k.settled[id]
-	if c == nil {
-		c = new(atomic.Int64)
-		k.settled[id] = c
-	}
-	return c
-}
-
-// Stats returns a snapshot of the engine's counters.
-func (k *Consumer) Stats() Stats {
-	k.mu.Lock()
-	members := slices.Clone(k.members)
-	k.mu.Unlock()
-	s := Stats{Members: len(members)}
-	claimed := map[string]bool{}
-	for _, m := range members {
-		m.mu.Lock()
-		s.InFlight += m.inflight
-		for _, l := range m.lanes {
-			claimed[l.id] = true
-			s.Lanes = append(s.Lanes, LaneStats{Lane: l.id, Member: m.id, InFlight: l.inflight, Settled: l.settled.Load()})
-		}
-		m.mu.Unlock()
-		s.Processed += m.processed.Load()
-	}
-	// Lanes between owners keep their count.
-	k.settledMu.Lock()
-	for id, n := range k.settled {
-		if !claimed[id] {
-			s.Lanes = append(s.Lanes, LaneStats{Lane: id, Member: -1, Settled: n.Load()})
-		}
-	}
-	k.settledMu.Unlock()
-	slices.SortFunc(s.Lanes, func(a, b LaneStats) int { return compareLanes(a.Lane, b.Lane) })
-	return s
-}
-
-// compareLanes orders lane names numerically when both are numbers.
-func compareLanes(a, b string) int {
-	if len(a) != len(b) && isDigits(a) && isDigits(b) {
-		return len(a) - len(b)
-	}
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func isDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
-
-// UnsettledError reports messages left unsettled when a drain ran out of
-// time. They are not lost: the transport delivers them again.
-type UnsettledError struct {
-	Topic string
-	Count int
-	Err   error
-}
-
-func (e *UnsettledError) Error() string {
-	return fmt.Sprintf("omnibus: drain %q: %d message(s) left unsettled (the transport redelivers them): %v", e.Topic, e.Count, e.Err)
-}
-
-func (e *UnsettledError) Unwrap() error { return e.Err }
-
 // backoff returns the delay before retry number attempt (1-based).
-func (c *consumerConfig) backoff(attempt int, rnd func() float64) time.Duration {
-	d := c.backoffMin
-	for i := 1; i < attempt && d < c.backoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, c.backoffMax)
-	// Jitter: a uniform delay in [d/2, d].
-	return d/2 + time.Duration(rnd()*float64(d/2))
+func (c *consumerConfig) backoff(attempt int) time.Duration {
+	return driver.Backoff(attempt, c.backoffMin, c.backoffMax)
 }
 
 // Capabilities reports what the consumer's transport guarantees.

@@ -1,6 +1,6 @@
 // Package omnibus gives Go services one messaging API over message
-// brokers (RabbitMQ, NATS JetStream, Redis Streams) and distributed logs
-// (Kafka, Kinesis).
+// brokers (RabbitMQ, NATS JetStream) and distributed logs (Kafka), with an
+// in-memory log (membus) for tests and examples.
 //
 // A transport is named by a URL, and plugs in like a database/sql driver:
 // a blank import registers its scheme.
@@ -14,8 +14,8 @@
 //
 // # Lanes
 //
-// A lane is the unit of ordered delivery: a Kafka partition, a Kinesis
-// shard, one partition queue of a broker's partitioned mode, or the single
+// A lane is the unit of ordered delivery: a Kafka partition, one
+// partition queue of a broker's partitioned mode, or the single
 // unordered lane of a plain queue. Members of a consumer group share the
 // lanes; inside a lane the engine runs handlers in the chosen [Ordering]:
 // one at a time per lane, in order per key while keys run concurrently

@@ -22,6 +22,9 @@ var (
 	ErrTooLarge = driver.ErrTooLarge
 	// ErrInvalid: a malformed URL, an unknown parameter, a bad option.
 	ErrInvalid = driver.ErrInvalid
+	// ErrRetryable: the server cannot have acted on the request, so trying
+	// it again is safe.
+	ErrRetryable = driver.ErrRetryable
 	// ErrUnknownScheme: no driver is registered for the URL's scheme.
 	ErrUnknownScheme = errors.New("unknown scheme")
 	// ErrPermanent marks a handler error that retrying cannot fix; the
@@ -93,3 +96,17 @@ func (e *PublishError) Unwrap() []error {
 func slicesSortFailures(f []PublishFailure) {
 	slices.SortFunc(f, func(a, b PublishFailure) int { return a.Index - b.Index })
 }
+
+// UnsettledError reports messages left unsettled when a drain ran out of
+// time. They are not lost: the transport delivers them again.
+type UnsettledError struct {
+	Topic string
+	Count int
+	Err   error
+}
+
+func (e *UnsettledError) Error() string {
+	return fmt.Sprintf("omnibus: drain %q: %d message(s) left unsettled (the transport redelivers them): %v", e.Topic, e.Count, e.Err)
+}
+
+func (e *UnsettledError) Unwrap() error { return e.Err }

@@ -22,11 +22,16 @@ const (
 	EventRevoked
 	// EventLost: the member lost Lanes without the chance to commit.
 	EventLost
-	// EventCommitted: positions were committed or messages acknowledged.
+	// EventCommitted: positions of Lanes were committed (logs).
 	EventCommitted
+	// EventDeadLetterFailed: a dead letter could not be published (Err
+	// says why); the message holds its key and is tried again later.
+	EventDeadLetterFailed
+	// EventAcked: Count messages were acknowledged (brokers).
+	EventAcked
 )
 
-var eventNames = [...]string{"", "processed", "failed", "retried", "dead-lettered", "claimed", "revoked", "lost", "committed"}
+var eventNames = [...]string{"", "processed", "failed", "retried", "dead-lettered", "claimed", "revoked", "lost", "committed", "dead-letter-failed", "acked"}
 
 func (k EventKind) String() string {
 	if k > 0 && int(k) < len(eventNames) {
@@ -48,12 +53,14 @@ type Event struct {
 	Lanes []string
 	// Message is the message of a message event. It must not be kept.
 	Message *Message
-	// Err is the failure of EventFailed and EventDeadLettered.
+	// Err is the failure of EventFailed, EventDeadLettered and
+	// EventDeadLetterFailed.
 	Err error
 	// Latency is the handler's run time for EventProcessed and EventFailed.
 	Latency time.Duration
 	// Delay is the backoff of EventRetried.
 	Delay time.Duration
-	// Count is the number of acknowledgements or commits of EventCommitted.
+	// Count is the number of messages of EventAcked and of lanes of
+	// EventCommitted.
 	Count int
 }

@@ -1,30 +1,29 @@
 package omnibus
 
+// The consumer engine, one group member at a time. This file holds the
+// member's state (member, lane, slot, entry), its start and its stop; the
+// other rooms are:
+//
+//	fetch.go      the fetch loop: room, Receive, dispatch into slots
+//	worker.go     the run queue and the workers that run slots' handlers
+//	retry.go      handlers' outcomes: acks, retries, dead letters
+//	watermark.go  settlement: in-flight accounting, the watermark, the settle loop
+//	revoke.go     lane claims, revocations and losses (driver.Lanes)
+//	own.go        calls from inside: Close, Shutdown, Scale from a callback
+//
+// Lock order: Consumer.mu before member.commitMu before member.mu. mu
+// guards the member's, lanes' and slots' fields; no driver call, handler
+// or observer runs while it is held.
+
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"runtime"
-	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/omnibus-go/omnibus/driver"
-)
-
-// Dead-letter headers the engine adds to a message it dead-letters.
-const (
-	HeaderDeadReason       = "omnibus-dead-reason"
-	HeaderDeadAttempts     = "omnibus-dead-attempts"
-	HeaderDeadTopic        = "omnibus-dead-topic"
-	HeaderDeadGroup        = "omnibus-dead-group"
-	HeaderDeadLane         = "omnibus-dead-lane"
-	HeaderDeadPosition     = "omnibus-dead-position"
-	HeaderDeadFirstFailure = "omnibus-dead-first-failure"
-	HeaderDeadLastFailure  = "omnibus-dead-last-failure"
 )
 
 // member is one group member: one driver.Subscriber and the engine state
@@ -67,7 +66,8 @@ type member struct {
 	started   bool
 	draining  bool // shutdown: flush batches at once
 	lanes     map[string]*lane
-	inflight  int
+	inflight  int // entries received and not yet released
+	waiting   int // of those, entries in slots parked until a retry: not counted against MaxInFlight
 	bytes     int
 	pending   int // entries held for the watermark (settled or not)
 	avgSize   int // moving average of the size of received messages
@@ -75,16 +75,19 @@ type member struct {
 	drained   chan struct{}     // closed when inflight reaches 0 while draining
 	epoch     uint64            // counts revocations
 	revokedAt map[string]uint64 // lane -> epoch of its last revocation
-	revokes   int               // Revoked or Lost calls in progress
 	receiving chan struct{}     // non-nil while a Receive is outstanding; closed after its dispatch
 	fetchIdle bool              // the fetch loop waits for room
+	full      bool              // the last Receive returned nothing with messages in flight
+	laneGen   uint64            // counts lane claims, revocations and losses
 	runq      []*slot           // active slots waiting for a worker, from runqHead on
 	runqHead  int
 	cond      sync.Cond // idle workers wait on it
 	idle      int       // idle workers not yet woken
 	waking    int       // workers woken or started that have not taken a slot yet
+	workers   int       // live workers, at most MaxInFlight
 	stopped   bool      // close: workers end
-	closeOnce sync.Once
+	stopOnce  sync.Once
+	stopErr   error // leaving the group failed; set once by stop
 }
 
 type lane struct {
@@ -111,6 +114,7 @@ type slot struct {
 	queue   []*entry
 	running int         // entries at the head of queue being handled
 	active  bool        // queued, run by a worker, or waiting for a retry
+	parked  bool        // waiting for timer: its entries count in member.waiting
 	timer   *time.Timer // pending retry
 	wake    chan struct{}
 	one     [1]*entry // a loose slot's entry, taken for its worker by dispatch
@@ -124,6 +128,8 @@ type entry struct {
 	attempts  int // attempts made by this engine
 	base      int // attempts the transport made before this delivery
 	settled   bool
+	dead      bool // to be dead-lettered: handling is over, publishing it is not
+	deadTries int  // dead-letter publishes that failed
 	next      *entry
 	arrived   time.Time
 	firstFail time.Time
@@ -177,13 +183,6 @@ func (m *member) start() {
 	go m.settleLoop()
 }
 
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 func (m *member) emit(e Event) {
 	if fn := m.k.cfg.observer; fn != nil {
 		e.Topic, e.Group, e.Member = m.k.topic, m.k.cfg.group, m.id
@@ -191,811 +190,19 @@ func (m *member) emit(e Event) {
 	}
 }
 
-// --- fetching and dispatch ---
-
-// room is how many deliveries the fetch loop may ask for now. Once
-// messages are in flight it waits until a quarter of the bound is free, so
-// that Receive returns batches rather than one message per settlement.
-//
-// The byte bound is kept before the messages are seen: the fetch asks for
-// as many as fit at the average size received so far (one at first, to
-// learn it).
-func (m *member) room() int {
-	cfg := &m.k.cfg
-	if m.revokes > 0 || m.bytes >= cfg.maxBytes || m.pending >= 16*cfg.maxInFlight {
-		return 0
-	}
-	limit, n := cfg.maxInFlight, cfg.maxInFlight-m.inflight
-	if m.avgSize == 0 {
-		return 1
-	}
-	limit = max(1, min(limit, cfg.maxBytes/m.avgSize))
-	n = min(n, max(1, (cfg.maxBytes-m.bytes)/m.avgSize))
-	if m.inflight > 0 && n < max(1, limit/4) {
-		return 0
-	}
-	return n
-}
-
-func (m *member) fetchLoop(ctx context.Context) {
-	defer close(m.fetchDone)
-	failures := 0
-	for {
-		m.mu.Lock()
-		n := m.room()
-		epoch := m.epoch
-		var received chan struct{}
-		if n > 0 {
-			received = make(chan struct{})
-			m.receiving = received
-		}
-		m.fetchIdle = n <= 0
-		m.mu.Unlock()
-		if n <= 0 {
-			select {
-			case <-m.roomCh:
-				continue
-			case <-ctx.Done():
-				return
-			}
-		}
-		ds, err := m.sub.Receive(ctx, n)
-		if err != nil {
-			m.mu.Lock()
-			m.receiving = nil
-			m.mu.Unlock()
-			close(received)
-			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
-				return
-			}
-			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnsupported) || errors.Is(err, ErrInvalid) {
-				m.k.fail(fmt.Errorf("omnibus: receive %q: %w", m.k.topic, err))
-				return
-			}
-			failures++
-			delay := m.k.cfg.backoff(failures, rand.Float64)
-			m.k.logger.Warn("omnibus: receive failed, retrying", "member", m.id, "err", err, "delay", delay)
-			select {
-			case <-time.After(delay):
-				continue
-			case <-ctx.Done():
-				return
-			}
-		}
-		failures = 0
-		now := time.Now()
-		m.mu.Lock()
-		for _, d := range ds {
-			// A Receive that outlived a revocation's wait for it may hold
-			// deliveries of the old claim: the lane's next owner reads
-			// them again.
-			if m.revokedAt[d.Lane] <= epoch {
-				m.dispatchLocked(d, now)
-			}
-		}
-		m.receiving = nil
-		m.mu.Unlock()
-		close(received)
-	}
-}
-
-func (m *member) laneLocked(id string) *lane {
-	l := m.lanes[id]
-	if l == nil {
-		ctx, cancel := context.WithCancel(m.ctx)
-		l = &lane{id: id, ctx: ctx, cancel: cancel, slots: map[string]*slot{}, loose: map[*slot]struct{}{}, settled: m.k.laneCounter(id)}
-		m.lanes[id] = l
-	}
-	return l
-}
-
-func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
-	l := m.laneLocked(d.Lane)
-	if l.gone {
-		return // the lane went away; its next owner reads it again
-	}
-	// An unordered message without batching gets a slot of its own,
-	// allocated with its entry, already holding it: its worker starts
-	// without taking the lock again.
-	loose := m.k.cfg.ordering == OrderNone && m.k.batch == nil
-	var e *entry
-	var s *slot
-	if loose {
-		p := new(struct {
-			s slot
-			e entry
-		})
-		s, e = &p.s, &p.e
-		*s = slot{lane: l, loose: true, running: 1, one: [1]*entry{e}}
-		s.queue = s.one[:]
-	} else {
-		e = new(entry)
-	}
-	e.d, e.lane, e.arrived = d, l, now
-	if d.Attempt > 1 {
-		e.base = d.Attempt - 1
-	}
-	fromDelivery(&e.msg, m.k.topic, d)
-	e.size = d.Size()
-	l.inflight++
-	m.inflight++
-	m.bytes += e.size
-	if m.avgSize == 0 {
-		m.avgSize = max(1, e.size)
-	} else {
-		m.avgSize = max(1, (7*m.avgSize+e.size)/8)
-	}
-	if m.committer != nil {
-		if l.tail == nil {
-			l.head = e
-		} else {
-			l.tail.next = e
-		}
-		l.tail = e
-		l.held++
-		m.pending++
-	}
-	switch {
-	case loose:
-	case m.k.cfg.ordering == OrderKey:
-		s = l.slotLocked(d.Key)
-		s.queue = append(s.queue, e)
-	default:
-		s = l.slotLocked("")
-		s.queue = append(s.queue, e)
-	}
-	if !s.active {
-		s.active = true
-		m.startLocked(s)
-	} else if s.wake != nil {
-		signal(s.wake)
-	}
-}
-
-func (l *lane) slotLocked(key string) *slot {
-	s := l.slots[key]
-	if s == nil {
-		s = &slot{lane: l, key: key}
-		l.slots[key] = s
-	}
-	return s
-}
-
-func (l *lane) dropSlotLocked(s *slot) {
-	if s.loose {
-		delete(l.loose, s)
-	} else if l.slots[s.key] == s {
-		delete(l.slots, s.key)
-	}
-}
-
-// --- running handlers ---
-
-// startLocked queues the active slot s for a worker.
-//
-// Workers start on demand and outlive their slots: a worker that takes a
-// slot and leaves more queued wakes (or starts) one more, so the pool grows
-// with the backlog, and a steady flow costs no goroutine (nor a hand-off)
-// per message. An idle worker waits while fewer than maxIdle others do,
-// and ends otherwise.
-func (m *member) startLocked(s *slot) {
-	m.runq = append(m.runq, s)
-	if m.waking == 0 {
-		m.wakeLocked()
-	}
-}
-
-// wakeLocked wakes an idle worker, or starts one.
-func (m *member) wakeLocked() {
-	m.waking++
-	if m.idle > 0 {
-		m.idle--
-		m.cond.Signal()
-		return
-	}
-	m.wg.Add(1)
-	go m.worker()
-}
-
-func (m *member) worker() {
-	defer m.wg.Done()
-	maxIdle := max(4, runtime.GOMAXPROCS(0))
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.waking--
-	for !m.stopped {
-		if m.runqHead == len(m.runq) {
-			if m.idle >= maxIdle {
-				return
-			}
-			m.idle++
-			m.cond.Wait() // wakeLocked counted it out of idle
-			m.waking--
-			continue
-		}
-		s := m.runq[m.runqHead]
-		m.runq[m.runqHead] = nil
-		if m.runqHead++; m.runqHead == len(m.runq) {
-			m.runq, m.runqHead = m.runq[:0], 0
-		} else if m.waking == 0 {
-			m.wakeLocked()
-		}
-		m.mu.Unlock()
-		m.run(s)
-		m.mu.Lock()
-	}
-}
-
-// run handles s's queue in order until the queue is empty or a retry has
-// to wait. A loose slot (OrderNone) arrives with its one entry already
-// taken for it by dispatch.
-func (m *member) run(s *slot) {
-	ready := s.loose && s.running == 1
-	for {
-		var batch []*entry
-		var wait time.Duration
-		if ready {
-			batch, ready = s.one[:], false
-		} else {
-			batch, wait = m.take(s)
-		}
-		if wait > 0 {
-			if !m.waitBatch(s, wait) {
-				return
-			}
-			continue
-		}
-		if batch == nil {
-			return
-		}
-		latency := m.invoke(s.lane.ctx, batch)
-		if !m.settle(s, batch, latency) {
-			return
-		}
-	}
-}
-
-// take returns the next batch of s to handle, or a time to wait for more
-// messages, or nil when the slot is done (it then releases s).
-func (m *member) take(s *slot) ([]*entry, time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l := s.lane
-	if len(s.queue) == 0 || l.gone || m.ctx.Err() != nil {
-		s.active = false
-		l.dropSlotLocked(s)
-		return nil, 0
-	}
-	n := 1
-	if m.k.batch != nil {
-		cfg := &m.k.cfg
-		bytes := s.queue[0].size
-		for n < len(s.queue) && n < cfg.batchCount && bytes+s.queue[n].size <= cfg.batchBytes {
-			bytes += s.queue[n].size
-			n++
-		}
-		full := n == cfg.batchCount || n < len(s.queue)
-		if age := time.Since(s.queue[0].arrived); !full && !m.draining && age < cfg.batchPeriod {
-			if s.wake == nil {
-				s.wake = make(chan struct{}, 1)
-			}
-			return nil, cfg.batchPeriod - age
-		}
-	}
-	s.running = n
-	return s.queue[:n:n], 0
-}
-
-// waitBatch waits for a batch to fill; false when the member is closing.
-func (m *member) waitBatch(s *slot, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-s.wake:
-	case <-s.lane.ctx.Done():
-		return false
-	}
-	return true
-}
-
-// invoke runs the handler on batch and leaves each entry's outcome in
-// its err.
-func (m *member) invoke(ctx context.Context, batch []*entry) (latency time.Duration) {
-	for _, e := range batch {
-		e.attempts++
-		e.msg.Attempt = e.base + e.attempts
-		e.err = nil
-	}
-	var start time.Time
-	if m.k.cfg.observer != nil { // only events report it
-		start = time.Now()
-	}
-	defer func() {
-		if !start.IsZero() {
-			latency = time.Since(start)
-		}
-		if r := recover(); r != nil {
-			m.k.logger.Error("omnibus: handler panicked", "panic", r, "stack", string(debug.Stack()))
-			err := fmt.Errorf("handler panic: %v", r)
-			for _, e := range batch {
-				e.err = err
-			}
-		}
-	}()
-	if m.k.handler != nil {
-		batch[0].err = m.k.handler(ctx, &batch[0].msg)
-		return 0
-	}
-	msgs := make([]*Message, len(batch))
-	for i, e := range batch {
-		msgs[i] = &e.msg
-	}
-	err := m.k.batch(ctx, msgs)
-	var be *BatchError
-	each := errors.As(err, &be) && len(be.Errs) == len(batch)
-	for i, e := range batch {
-		if each {
-			e.err = be.Errs[i]
-		} else {
-			e.err = err
-		}
-	}
-	return 0
-}
-
-// settle applies the outcomes of a handled batch. It returns false when
-// the worker must leave s (a retry timer or nothing owns the slot now).
-func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
-	cfg := &m.k.cfg
-	var failed, dead []*entry
-	for _, e := range batch {
-		if e.err == nil {
-			m.emit(Event{Kind: EventProcessed, Lane: e.d.Lane, Message: &e.msg, Latency: latency})
-			continue
-		}
-		now := time.Now()
-		if e.firstFail.IsZero() {
-			e.firstFail = now
-		}
-		e.lastFail = now
-		m.emit(Event{Kind: EventFailed, Lane: e.d.Lane, Message: &e.msg, Err: e.err, Latency: latency})
-		if IsPermanent(e.err) || e.base+e.attempts >= cfg.maxAttempts {
-			dead = append(dead, e)
-		} else {
-			failed = append(failed, e)
-		}
-	}
-	// Dead letters are published before they are settled: a message is
-	// never settled without landing somewhere.
-	for _, e := range dead {
-		if err := m.deadLetter(e); err != nil {
-			failed = append(failed, e) // closing: release it unsettled
-		}
-	}
-	var nacked []*entry
-	if len(failed) > 0 && m.nacker != nil && failed[0].d.Attempt > 0 {
-		nacked = m.nack(failed)
-		if nacked != nil {
-			failed = nil
-		}
-	}
-
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l := s.lane
-	keep := failed[:0:0]
-	for _, e := range batch {
-		switch {
-		case contains(failed, e):
-			keep = append(keep, e)
-		case contains(nacked, e):
-			m.forgetLocked(e)
-		default:
-			m.ackLocked(e)
-		}
-	}
-	// The handled batch leaves the queue; entries to retry go back to its
-	// head in their order.
-	rest := s.queue[len(batch):]
-	s.queue = append(keep, rest...)
-	s.running = 0
-	if len(keep) == 0 {
-		if s.loose { // its one message is done: no need to look again
-			s.active = false
-			l.dropSlotLocked(s)
-			return false
-		}
-		return true
-	}
-	if l.gone || m.ctx.Err() != nil {
-		// Not retried here: release the slot's work to the transport.
-		for _, e := range s.queue {
-			m.forgetLocked(e)
-		}
-		s.queue = nil
-		return true
-	}
-	delay := cfg.backoff(keep[0].attempts, rand.Float64)
-	for _, e := range keep {
-		m.emit(Event{Kind: EventRetried, Lane: e.d.Lane, Message: &e.msg, Delay: delay})
-	}
-	if s.loose {
-		l.loose[s] = struct{}{} // for a revocation to find it
-	}
-	m.wg.Add(1)
-	s.timer = time.AfterFunc(delay, func() {
-		defer m.wg.Done()
-		m.mu.Lock()
-		s.timer = nil
-		m.startLocked(s)
-		m.mu.Unlock()
-	})
-	return false
-}
-
-func contains(es []*entry, e *entry) bool {
-	for _, x := range es {
-		if x == e {
-			return true
-		}
-	}
-	return false
-}
-
-// nack hands failed entries back to the transport for delayed redelivery.
-func (m *member) nack(failed []*entry) []*entry {
-	ds := make([]*driver.Delivery, len(failed))
-	for i, e := range failed {
-		ds[i] = e.d
-	}
-	delay := m.k.cfg.backoff(failed[0].base+failed[0].attempts, rand.Float64)
-	if err := m.nacker.Nack(m.ctx, ds, delay); err != nil {
-		m.k.logger.Warn("omnibus: nack failed; retrying in the engine", "err", err)
-		return nil
-	}
-	for _, e := range failed {
-		m.emit(Event{Kind: EventRetried, Lane: e.d.Lane, Message: &e.msg, Delay: delay})
-	}
-	return failed
-}
-
-// deadLetter publishes e to the dead-letter topic, retrying until it lands
-// or the member closes.
-func (m *member) deadLetter(e *entry) error {
-	cfg := &m.k.cfg
-	h := make(map[string]string, len(e.msg.Headers)+8)
-	for k, v := range e.msg.Headers {
-		h[k] = v
-	}
-	h[HeaderDeadReason] = e.err.Error()
-	h[HeaderDeadAttempts] = strconv.Itoa(e.base + e.attempts)
-	h[HeaderDeadTopic] = m.k.topic
-	h[HeaderDeadGroup] = cfg.group
-	h[HeaderDeadLane] = e.d.Lane
-	h[HeaderDeadPosition] = e.d.Position
-	h[HeaderDeadFirstFailure] = e.firstFail.UTC().Format(time.RFC3339Nano)
-	h[HeaderDeadLastFailure] = e.lastFail.UTC().Format(time.RFC3339Nano)
-	dm := &driver.Message{ID: e.msg.ID, Key: e.msg.Key, Type: e.msg.Type, Source: e.msg.Source, Time: e.msg.Time, Headers: h, Body: e.msg.Body}
-	for try := 1; ; try++ {
-		err := m.k.client.publish(m.ctx, cfg.deadLetter, []*driver.Message{dm}, driver.PublishOptions{Durability: DurabilityAll, DeadLetter: true})
-		if err == nil {
-			m.emit(Event{Kind: EventDeadLettered, Lane: e.d.Lane, Message: &e.msg, Err: e.err})
-			return nil
-		}
-		delay := cfg.backoff(try, rand.Float64)
-		m.k.logger.Error("omnibus: dead-letter publish failed, retrying", "dlq", cfg.deadLetter, "id", e.msg.ID, "err", err, "delay", delay)
-		select {
-		case <-time.After(delay):
-		case <-m.ctx.Done():
-			return m.ctx.Err()
-		}
-	}
-}
-
-// --- settlement ---
-
-// forgetLocked drops e from the in-flight accounting. Settled or not, the
-// engine is done with it; an unsettled one is delivered again later.
-func (m *member) forgetLocked(e *entry) {
-	l := e.lane
-	l.inflight--
-	m.inflight--
-	m.bytes -= e.size
-	e.msg.Body, e.d.Body = nil, nil
-	m.wakeFetchLocked()
-	if l.idle != nil && l.inflight == 0 {
-		close(l.idle)
-		l.idle = nil
-	}
-	if m.drained != nil && m.inflight == 0 {
-		close(m.drained)
-		m.drained = nil
-	}
-}
-
-// wakeFetchLocked wakes the fetch loop when it waits and there is room.
-func (m *member) wakeFetchLocked() {
-	if m.fetchIdle && m.room() > 0 {
-		m.fetchIdle = false
-		signal(m.roomCh)
-	}
-}
-
-// ackLocked settles e.
-func (m *member) ackLocked(e *entry) {
-	m.forgetLocked(e)
-	l := e.lane
-	if l.gone {
-		return
-	}
-	m.processed.Add(1)
-	if m.committer == nil {
-		l.settled.Add(1)
-		m.acks = append(m.acks, e.d)
-		if len(m.acks) == 1 { // the settle loop takes them all at once
-			signal(m.settleCh)
-		}
-		return
-	}
-	e.settled = true
-	advanced := false
-	for l.head != nil && l.head.settled {
-		l.settled.Add(1)
-		l.mark = l.head.d
-		l.head = l.head.next
-		l.held--
-		m.pending--
-		advanced = true
-	}
-	if l.head == nil {
-		l.tail = nil
-	}
-	if advanced {
-		m.wakeFetchLocked() // the watermark bound may have held it
-		signal(m.settleCh)
-	}
-}
-
-// settleLoop sends acknowledgements as they come, coalesced, and commits
-// positions at most once per CommitInterval: acknowledgements free the
-// transport's prefetch window, commits only bound redelivery after a crash.
-func (m *member) settleLoop() {
-	defer close(m.settleDone)
-	for {
-		select {
-		case <-m.settleCh:
-			m.flush(m.ctx, nil)
-		case <-m.settleStop:
-			return
-		}
-		if m.committer == nil {
-			continue
-		}
-		t := time.NewTimer(m.k.cfg.commitInterval)
-		select {
-		case <-t.C:
-		case <-m.settleStop:
-			t.Stop()
-			return
-		}
-	}
-}
-
-// flush sends pending acknowledgements and commits the watermark of the
-// given lanes (all lanes when nil). Lanes already gone are never
-// committed: commitMu keeps a revocation from overtaking a flush.
-func (m *member) flush(ctx context.Context, only []*lane) {
-	m.commitMu.Lock()
-	defer m.commitMu.Unlock()
-	m.mu.Lock()
-	acks := m.acks
-	m.acks = nil
-	var marks []*driver.Delivery
-	var lanes []string
-	collect := func(l *lane) {
-		if l.mark != nil && !l.gone {
-			marks = append(marks, l.mark)
-			lanes = append(lanes, l.id)
-			l.mark = nil
-		}
-	}
-	if only != nil {
-		for _, l := range only {
-			collect(l)
-		}
-	} else {
-		for _, l := range m.lanes {
-			collect(l)
-		}
-	}
-	m.mu.Unlock()
-
-	ctx, cancel := context.WithTimeout(ctx, m.k.cfg.commitTimeout)
-	defer cancel()
-	if len(acks) > 0 {
-		if err := m.acker.Ack(ctx, acks); err != nil {
-			m.k.logger.Warn("omnibus: ack failed; the transport will redeliver", "member", m.id, "count", len(acks), "err", err)
-		} else {
-			m.emit(Event{Kind: EventCommitted, Count: len(acks)})
-		}
-	}
-	if len(marks) > 0 {
-		if err := m.committer.Commit(ctx, marks); err != nil {
-			m.k.logger.Warn("omnibus: commit failed; will retry with the next", "member", m.id, "lanes", lanes, "err", err)
-			m.mu.Lock()
-			for i, d := range marks {
-				if l := m.lanes[lanes[i]]; l != nil && l.mark == nil && !l.gone {
-					l.mark = d
-				}
-			}
-			m.mu.Unlock()
-		} else {
-			m.emit(Event{Kind: EventCommitted, Lanes: lanes, Count: len(marks)})
-		}
-	}
-}
-
-// --- lanes (driver.Lanes) ---
-
-// Claimed implements driver.Lanes.
-func (m *member) Claimed(ids []string) {
-	m.mu.Lock()
-	for _, id := range ids {
-		if l := m.lanes[id]; l != nil && (l.gone || l.revoking) {
-			delete(m.lanes, id)
-		}
-		m.laneLocked(id)
-	}
-	m.mu.Unlock()
-	m.emit(Event{Kind: EventClaimed, Lanes: ids})
-}
-
-// Revoked implements driver.Lanes. It waits for a Receive in progress to
-// return and be dispatched (so nothing of the old claim arrives later),
-// stops fetching, lets the lanes' work finish within DrainTimeout (retries
-// included), commits what is settled, and lets the lanes go.
-func (m *member) Revoked(ctx context.Context, ids []string) {
-	// One bound for the whole drain: the wait for Receive and for the
-	// lanes' work share it.
-	drain, cancel := context.WithTimeout(ctx, m.k.cfg.drainTimeout)
-	defer cancel()
-	m.beginRevoke(drain)
-	defer m.endRevoke()
-
-	m.mu.Lock()
-	var lanes []*lane
-	var idle []chan struct{}
-	for _, id := range ids {
-		l := m.lanes[id]
-		if l == nil || l.gone {
-			continue
-		}
-		m.revokeLocked(l)
-		if l.inflight > 0 {
-			l.idle = make(chan struct{})
-			idle = append(idle, l.idle)
-		}
-		lanes = append(lanes, l)
-	}
-	m.mu.Unlock()
-wait:
-	for _, ch := range idle {
-		select {
-		case <-ch:
-		case <-drain.Done():
-			break wait
-		}
-	}
-	m.flush(ctx, lanes)
-	m.mu.Lock()
-	for _, l := range lanes {
-		m.goneLocked(l)
-	}
-	m.mu.Unlock()
-	m.emit(Event{Kind: EventRevoked, Lanes: ids})
-}
-
-// Lost implements driver.Lanes: abandon the lanes without committing.
-func (m *member) Lost(ids []string) {
-	wait, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	m.beginRevoke(wait)
-	defer m.endRevoke()
-	m.mu.Lock()
-	for _, id := range ids {
-		if l := m.lanes[id]; l != nil {
-			m.revokeLocked(l)
-			m.goneLocked(l)
-		}
-	}
-	m.mu.Unlock()
-	m.emit(Event{Kind: EventLost, Lanes: ids})
-}
-
-// beginRevoke stops fetching and waits, at most until ctx ends, for an
-// outstanding Receive to return and its deliveries to be dispatched.
-// Drivers make Receive return promptly when they revoke.
-func (m *member) beginRevoke(ctx context.Context) {
-	m.mu.Lock()
-	m.revokes++
-	received := m.receiving
-	m.mu.Unlock()
-	if received != nil {
-		select {
-		case <-received:
-		case <-ctx.Done():
-		}
-	}
-}
-
-func (m *member) endRevoke() {
-	m.mu.Lock()
-	m.revokes--
-	m.mu.Unlock()
-	signal(m.roomCh)
-}
-
-// revokeLocked marks l as going away: deliveries of it still to come from
-// a Receive that started earlier are dropped.
-func (m *member) revokeLocked(l *lane) {
-	l.revoking = true
-	m.epoch++
-	m.revokedAt[l.id] = m.epoch
-}
-
-// goneLocked detaches l: results still running on it are discarded.
-func (m *member) goneLocked(l *lane) {
-	m.dropQueuedLocked(l)
-	l.gone = true
-	l.cancel()
-	m.pending -= l.held
-	l.held = 0
-	l.head, l.tail, l.mark = nil, nil, nil
-	if m.lanes[l.id] == l {
-		delete(m.lanes, l.id)
-	}
-	signal(m.roomCh)
-}
-
-// dropQueuedLocked releases every entry of l that is not running: queued
-// behind a running one, waiting for a batch, or waiting for a retry.
-func (m *member) dropQueuedLocked(l *lane) {
-	drop := func(s *slot) {
-		for _, e := range s.queue[s.running:] {
-			m.forgetLocked(e)
-		}
-		s.queue = s.queue[:s.running]
-		if s.timer != nil && s.timer.Stop() {
-			s.timer = nil
-			s.active = false
-			l.dropSlotLocked(s)
-			m.wg.Done() // the timer will not fire
-		}
-		if s.wake != nil {
-			signal(s.wake)
-		}
-	}
-	for _, s := range l.slots {
-		drop(s)
-	}
-	for s := range l.loose {
-		drop(s)
-	}
-}
-
-// --- stopping ---
-
-// shutdown drains the member; it returns the number of messages left
-// unsettled when ctx ended first.
-func (m *member) shutdown(ctx context.Context) int {
+// shutdown drains the member: it stops fetching, waits until ctx ends for
+// what it holds to be settled, commits, and stops. It returns the number
+// of messages left unsettled when ctx ended first, and the final commit's
+// error. A handler that ignores its context does not hold it past ctx:
+// the member stops without waiting for it (see stop).
+func (m *member) shutdown(ctx context.Context) (int, error) {
 	m.stopFetching()
 	m.mu.Lock()
 	m.draining = true
 	for _, l := range m.lanes {
 		for _, s := range l.slots {
 			if s.wake != nil {
-				signal(s.wake) // flush a batch waiting to fill
+				driver.Notify(s.wake) // flush a batch waiting to fill
 			}
 		}
 	}
@@ -1022,9 +229,11 @@ func (m *member) shutdown(ctx context.Context) int {
 		fctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 	}
-	m.flush(fctx, nil)
-	m.close()
-	return left
+	err := m.flush(fctx, nil)
+	if left > 0 {
+		return left, errors.Join(err, m.stop())
+	}
+	return 0, errors.Join(err, m.close())
 }
 
 func (m *member) stopFetching() {
@@ -1039,8 +248,18 @@ func (m *member) stopFetching() {
 }
 
 // close stops everything at once and waits for the member's goroutines.
-func (m *member) close() {
-	m.closeOnce.Do(func() {
+// It returns the error of leaving the group.
+func (m *member) close() error {
+	err := m.stop()
+	m.wg.Wait()
+	return err
+}
+
+// stop stops the member at once without waiting for its workers: a
+// handler still running finds its lane gone when it returns, and its
+// worker ends then. It returns the error of leaving the group.
+func (m *member) stop() error {
+	m.stopOnce.Do(func() {
 		m.stopFetching()
 		m.cancel()
 		m.mu.Lock()
@@ -1056,10 +275,11 @@ func (m *member) close() {
 			close(m.settleStop)
 			<-m.settleDone
 		}
-		// Leaving the group may call Revoked; it finds the lanes drained.
+		// Leaving the group may call Revoked; it finds the lanes gone.
 		if err := m.sub.Close(); err != nil {
-			m.k.logger.Warn("omnibus: leaving the group failed", "member", m.id, "err", err)
+			m.k.logger.Warn("leaving the group failed", "member", m.id, "err", err)
+			m.stopErr = fmt.Errorf("omnibus: leave group %q of %q: %w", m.k.cfg.group, m.k.topic, err)
 		}
-		m.wg.Wait()
 	})
+	return m.stopErr
 }

@@ -199,7 +199,12 @@ func Order(o Ordering) SubscribeOption {
 
 // MaxInFlight bounds the messages received and not yet settled by one
 // group member; at the bound the engine stops fetching. It also bounds
-// handler concurrency. Default: 256. RabbitMQ: the prefetch count;
+// handler concurrency. Messages waiting behind a retry of their key (or a
+// dead letter that has not landed) do not count, so that one failing key
+// does not stop the others; they count against MaxInFlightBytes, and a
+// member holds at most 16 x MaxInFlight messages in all (on logs,
+// settled ones included while an earlier one holds the lane's committed
+// position back). Default: 256. RabbitMQ: the prefetch count;
 // JetStream: MaxAckPending.
 func MaxInFlight(n int) SubscribeOption {
 	return func(c *consumerConfig) error {
@@ -211,8 +216,11 @@ func MaxInFlight(n int) SubscribeOption {
 	}
 }
 
-// MaxInFlightBytes bounds the bytes of messages received and not yet
-// settled by one member. Default: 64 MiB.
+// MaxInFlightBytes bounds the bytes (body, key, ID and headers) of
+// messages received and not yet settled by one member: the engine asks the
+// transport for no more than the room left. A message larger than the
+// whole bound still passes, alone. What a transport prefetches below the
+// engine is its own (see its package documentation). Default: 64 MiB.
 func MaxInFlightBytes(n int) SubscribeOption {
 	return func(c *consumerConfig) error {
 		if err := positive("MaxInFlightBytes", n); err != nil {
@@ -251,7 +259,13 @@ func Backoff(min, max time.Duration) SubscribeOption {
 }
 
 // DeadLetterTopic names where messages go when they fail permanently or
-// run out of attempts. Default: the topic's name followed by ".dlq".
+// run out of attempts. A message is settled only once its dead letter
+// landed: one the topic refuses (a transient failure, or for good: too
+// large even with its reason cut to fit, a topic that cannot exist, no
+// permission) holds its key and is published again after a backoff, at
+// most every BackoffMax, with an ERROR log and an
+// EventDeadLetterFailed each time, while the other keys go on. Default:
+// the topic's name followed by ".dlq".
 func DeadLetterTopic(topic string) SubscribeOption {
 	return func(c *consumerConfig) error {
 		if topic == "" {

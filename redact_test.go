@@ -21,7 +21,7 @@ type quoting struct{}
 
 var quotingOpaque atomic.Int64
 
-func (quoting) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
+func (quoting) Open(_ context.Context, u *url.URL, _ driver.OpenOptions) (driver.Conn, error) {
 	if u.Opaque != "" || u.OmitHost {
 		quotingOpaque.Add(1)
 	}

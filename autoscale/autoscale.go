@@ -11,8 +11,7 @@
 //	k.Run(ctx)
 //
 // The lag is what the transport reports: records on Kafka and membus,
-// messages pending on brokers, milliseconds behind on Kinesis; TargetLag is
-// in the same unit.
+// messages pending on brokers; TargetLag is in the same unit.
 //
 // # Policy
 //

@@ -5,7 +5,7 @@ package driver
 // conformance suite asserts it.
 type Capabilities struct {
 	// Ordered is true when a lane delivers in order to one member at a
-	// time (Kafka partitions, Kinesis shards, partition queues with a
+	// time (Kafka partitions, partition queues with a
 	// single active consumer). When false, lanes are competing-consumer
 	// queues and no order is promised.
 	Ordered bool
@@ -34,11 +34,11 @@ const (
 	// LagRecords: messages between the committed position and the end of
 	// the lane (Kafka, membus).
 	LagRecords
-	// LagMillis: milliseconds behind the newest record (Kinesis).
+	// LagMillis: milliseconds behind the newest record. No transport
+	// reports it yet.
 	LagMillis
 	// LagDepth: messages pending delivery or acknowledgement (RabbitMQ
-	// queue depth, JetStream num_pending + num_ack_pending, Redis XINFO
-	// GROUPS lag).
+	// queue depth, JetStream num_pending + num_ack_pending).
 	LagDepth
 )
 

@@ -10,7 +10,7 @@
 // # Delivery semantics
 //
 // A subscription is one member of a consumer group. The group's unit of
-// parallelism is a lane: a Kafka partition, a Kinesis shard, one of N
+// parallelism is a lane: a Kafka partition, one of N
 // partition queues on a broker, or the single unordered lane of a plain
 // queue. The driver tells the engine which lanes the member holds through
 // the [Lanes] callbacks given at subscribe time, and hands out deliveries in
@@ -19,11 +19,11 @@
 // Settlement comes in two forms, chosen by the optional interfaces a
 // Subscriber implements:
 //
-//   - [Acker]: per-message acknowledgement (RabbitMQ, JetStream, Redis). A
+//   - [Acker]: per-message acknowledgement (RabbitMQ, JetStream). A
 //     transport that can also ask for redelivery implements [Nacker].
-//   - [Committer]: a position per lane (Kafka offsets, Kinesis sequence
-//     numbers). The engine passes the highest delivery of a lane below which
-//     every delivery is settled, and the driver stores its position.
+//   - [Committer]: a position per lane (Kafka offsets). The engine passes
+//     the highest delivery of a lane below which every delivery is
+//     settled, and the driver stores its position.
 //
 // A driver never retries a failed operation on its own and never decides
 // that a message is done: that is the engine's job.
@@ -47,6 +47,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"time"
@@ -70,7 +71,16 @@ type Driver interface {
 	// already removed the query parameters it owns (see omnibus.Open); the
 	// driver rejects any parameter left that it does not know, wrapping
 	// ErrInvalid. Open honours ctx for connection set-up only.
-	Open(ctx context.Context, u *url.URL) (Conn, error)
+	Open(ctx context.Context, u *url.URL, opts OpenOptions) (Conn, error)
+}
+
+// OpenOptions are what the portable layer hands a driver beside the URL.
+type OpenOptions struct {
+	// Logger is the client's logger, already naming the transport; never
+	// nil. The driver logs through it and wires its client library's
+	// logging to it (warnings and errors, not the library's chatter).
+	// Messages name what happened; the attributes say where.
+	Logger *slog.Logger
 }
 
 // Conn is an open connection to one transport.
@@ -125,7 +135,7 @@ type Delivery struct {
 	// Lanes.Claimed.
 	Lane string
 	// Position is the delivery's place in the lane in the transport's own
-	// terms (a Kafka offset, a stream sequence, a Kinesis sequence number).
+	// terms (a Kafka offset, a stream sequence).
 	// It is informational: the engine orders deliveries by the order
 	// Receive returned them and never compares positions.
 	Position string
@@ -202,6 +212,10 @@ type SubscribeOptions struct {
 	// MaxInFlight is the engine's bound on messages received and not yet
 	// settled. Brokers that push use it as their prefetch.
 	MaxInFlight int
+	// MaxInFlightBytes is the engine's bound on the bytes (Message.Size)
+	// of those messages. Drivers that can cap what they prefetch by size
+	// use it for that cap.
+	MaxInFlightBytes int
 	// Lanes receives lane claims and revocations. Never nil.
 	Lanes Lanes
 }
@@ -221,16 +235,19 @@ type SubscribeOptions struct {
 // expired); the engine abandons them at once.
 //
 // Revoked and Lost first wait for a Receive in progress to return, so that
-// what it read is handled as part of the old claim; the engine does not
-// call Receive again until they return. A driver that revokes therefore
-// makes a Receive in progress return promptly (with what it has, possibly
-// nothing); one that does not delays the revocation by up to the drain
-// bound, after which deliveries of revoked lanes from that Receive are
-// dropped.
+// what it read is handled as part of the old claim. A driver that revokes
+// therefore makes a Receive in progress return promptly (with what it has,
+// possibly nothing); one that does not delays the revocation by up to the
+// drain bound, after which deliveries of revoked lanes from that Receive
+// are dropped. While the revoked lanes drain, the engine goes on calling
+// Receive for the lanes that stay, and drops any delivery of a revoked
+// lane it gets.
 //
-// The driver calls these from one goroutine at a time, never from the
-// goroutine running Receive, and never while holding a lock that Receive,
-// Ack or Commit needs.
+// The driver calls Claimed and Revoked from one goroutine at a time. Lost
+// may be called at any time, also while a Revoked of other lanes is in
+// progress: a lease that runs out must reach the engine at once, not
+// behind another lane's drain. None is called from the goroutine running
+// Receive, nor while holding a lock that Receive, Ack or Commit needs.
 type Lanes interface {
 	Claimed(lanes []string)
 	Revoked(ctx context.Context, lanes []string)
@@ -242,16 +259,45 @@ type Lanes interface {
 // A Subscriber must also implement Acker or Committer.
 type Subscriber interface {
 	// Receive blocks until at least one delivery is available and returns
-	// at most max of them, in lane order. It may return no delivery and no
-	// error (after a revocation, say); the engine calls it again. It
+	// what of it fits in room (see [Room]), in lane order; what does not
+	// fit stays in the driver, first in line for the next Receive. It may
+	// return no delivery and no error (after a revocation, or when the
+	// first delivery waiting does not fit); the engine calls it again. It
 	// returns ctx.Err() when ctx ends and an error wrapping ErrClosed
 	// after Close.
-	Receive(ctx context.Context, max int) ([]*Delivery, error)
+	Receive(ctx context.Context, room Room) ([]*Delivery, error)
 
 	// Close leaves the group. Unsettled deliveries go back to the
 	// transport: brokers redeliver them, logs resume from the last commit.
 	// Close is called once, after the engine has committed what it could.
 	Close() error
+}
+
+// Room is how much one Receive may return: the engine's bounds on
+// messages and bytes in flight, less what it holds.
+type Room struct {
+	// Count is the most deliveries to return; at least 1.
+	Count int
+	// Bytes is the most the deliveries' sizes (Message.Size) may add up
+	// to.
+	Bytes int
+	// Oversize lets a first delivery larger than Bytes through, alone.
+	// The engine sets it when it holds nothing, so that a message larger
+	// than its whole bound still passes; without it such a delivery waits
+	// in the driver.
+	Oversize bool
+}
+
+// Fits reports whether a delivery of size bytes may join n deliveries of
+// bytes bytes already taken for one Receive.
+func (r Room) Fits(n, bytes, size int) bool {
+	switch {
+	case n >= r.Count:
+		return false
+	case n == 0 && r.Oversize:
+		return true
+	}
+	return bytes+size <= r.Bytes
 }
 
 // Acker settles deliveries one by one (brokers).
@@ -262,7 +308,10 @@ type Acker interface {
 // Nacker asks the transport to deliver again after delay. Only transports
 // with native redelivery implement it. The delivery may come back to any
 // member of the group, so the engine uses Nack only when the subscription
-// does not promise order.
+// does not promise order. When the transport can fail some deliveries of
+// the batch, Nack returns a *BatchError with one entry per delivery (nil
+// for those handed back); the engine retries the others itself. Any other
+// error applies to every delivery.
 type Nacker interface {
 	Nack(ctx context.Context, ds []*Delivery, delay time.Duration) error
 }

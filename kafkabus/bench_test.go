@@ -221,7 +221,7 @@ func BenchmarkConsume(b *testing.B) {
 			committer := sub.(driver.Committer)
 			b.ResetTimer()
 			for got := 0; got < b.N; {
-				ds, err := sub.Receive(context.Background(), 1024)
+				ds, err := sub.Receive(context.Background(), driver.Room{Count: 1024, Bytes: 1 << 30})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -336,13 +336,20 @@ func (c *config) producerOpts(d driver.Durability) []kgo.Opt {
 }
 
 // consumerOpts are the options of one group member.
-func (c *config) consumerOpts(topic, group string, start driver.StartAt) []kgo.Opt {
+// consumerOpts are a group member's options. What kgo buffers is capped
+// like the engine's own bound: a fetch asks for at most the smaller of
+// fetch_max_bytes and the subscription's MaxInFlightBytes.
+func (c *config) consumerOpts(topic string, opts driver.SubscribeOptions) []kgo.Opt {
 	reset := kgo.NewOffset().AtEnd()
-	if start == driver.StartEarliest {
+	if opts.StartAt == driver.StartEarliest {
 		reset = kgo.NewOffset().AtStart()
 	}
+	fetchMax := c.fetchMaxBytes
+	if b := opts.MaxInFlightBytes; b > 0 && b < int(fetchMax) {
+		fetchMax = int32(b)
+	}
 	return []kgo.Opt{
-		kgo.ConsumerGroup(group),
+		kgo.ConsumerGroup(opts.Group),
 		kgo.ConsumeTopics(topic),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.DisableAutoCommit(),
@@ -351,7 +358,7 @@ func (c *config) consumerOpts(topic, group string, start driver.StartAt) []kgo.O
 		kgo.HeartbeatInterval(c.heartbeat),
 		kgo.RebalanceTimeout(c.rebalanceTimeout),
 		kgo.FetchMaxWait(c.fetchMaxWait),
-		kgo.FetchMaxBytes(c.fetchMaxBytes),
-		kgo.FetchMaxPartitionBytes(c.fetchMaxPartBytes),
+		kgo.FetchMaxBytes(fetchMax),
+		kgo.FetchMaxPartitionBytes(min(c.fetchMaxPartBytes, fetchMax)),
 	}
 }

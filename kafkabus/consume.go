@@ -45,7 +45,7 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		owned:     map[int32]bool{},
 		revokedAt: map[int32]uint64{},
 	}
-	kopts := slices.Concat(c.common, c.cfg.consumerOpts(topic, opts.Group, opts.StartAt), []kgo.Opt{
+	kopts := slices.Concat(c.common, c.cfg.consumerOpts(topic, opts), []kgo.Opt{
 		kgo.OnPartitionsAssigned(s.onAssigned),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onLost),
@@ -55,14 +55,10 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		return nil, fmt.Errorf("kafkabus: subscribe %q group %q: %w: %w", topic, opts.Group, err, driver.ErrInvalid)
 	}
 	s.cl = cl
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.subs.Add(s) {
 		cl.Close()
 		return nil, fmt.Errorf("kafkabus: subscribe %q: %w", topic, driver.ErrClosed)
 	}
-	c.subs[s] = struct{}{}
-	c.mu.Unlock()
 
 	wait := time.NewTimer(c.cfg.rebalanceTimeout + c.cfg.sessionTimeout)
 	defer wait.Stop()
@@ -114,6 +110,8 @@ type sub struct {
 	interrupt  context.CancelFunc // ends the PollRecords of a Receive in progress
 	partitions int                // partition count at the last Lag read
 	closed     bool
+
+	carry []carried // polled records that did not fit; Receive's own
 
 	closeOnce sync.Once
 }
@@ -260,15 +258,16 @@ func (s *sub) disown(ps []int32) {
 	s.gate.Unlock()
 }
 
-// Receive implements driver.Subscriber. It returns at most max records of
-// partitions the member holds; kgo keeps the rest of a fetch buffered.
-func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
-	if max <= 0 {
-		max = 1
-	}
+// Receive implements driver.Subscriber. It returns what fits in room of
+// the records of partitions the member holds; kgo keeps the rest of a
+// fetch buffered, and records polled that did not fit wait in carry.
+func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	s.mu.Lock()
 	epoch := s.epoch
 	s.mu.Unlock()
+	if len(s.carry) > 0 {
+		return s.fit(room), nil
+	}
 	for {
 		pctx, cancel := context.WithCancel(ctx)
 		s.mu.Lock()
@@ -285,7 +284,7 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 			cancel()
 			return nil, nil // a revocation waits for this Receive
 		}
-		fs := s.cl.PollRecords(pctx, max)
+		fs := s.cl.PollRecords(pctx, max(1, room.Count))
 		s.mu.Lock()
 		s.interrupt = nil
 		s.mu.Unlock()
@@ -300,17 +299,12 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 				ferr = err
 			}
 		})
-		ds := make([]*driver.Delivery, 0, min(fs.NumRecords(), max))
-		s.mu.Lock()
 		fs.EachRecord(func(r *kgo.Record) {
-			// A record polled while its partition was revoked belongs to
-			// the old claim: the next owner reads it again.
-			if r.Topic == s.topic && s.owned[r.Partition] && s.revokedAt[r.Partition] <= epoch {
-				ds = append(ds, delivery(r))
+			if r.Topic == s.topic {
+				s.carry = append(s.carry, carried{r, epoch})
 			}
 		})
-		s.mu.Unlock()
-		if len(ds) > 0 || interrupted {
+		if ds := s.fit(room); len(ds) > 0 || len(s.carry) > 0 || interrupted {
 			// After a revocation the engine wants the Receive back at
 			// once, even empty.
 			return ds, nil
@@ -322,6 +316,40 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 			return nil, fmt.Errorf("kafkabus: receive %q group %q: %w", s.topic, s.group, classify(ferr))
 		}
 	}
+}
+
+// carried is a polled record waiting in carry, with the epoch it was
+// polled in.
+type carried struct {
+	r     *kgo.Record
+	epoch uint64
+}
+
+// fit takes from carry the deliveries that fit in room, in order. A
+// record polled while its partition was revoked belongs to the old claim
+// and is dropped: the next owner reads it again.
+func (s *sub) fit(room driver.Room) []*driver.Delivery {
+	var ds []*driver.Delivery
+	bytes, i := 0, 0
+	s.mu.Lock()
+	for ; i < len(s.carry); i++ {
+		c := s.carry[i]
+		if !s.owned[c.r.Partition] || s.revokedAt[c.r.Partition] > c.epoch {
+			continue
+		}
+		d := delivery(c.r)
+		size := d.Size()
+		if !room.Fits(len(ds), bytes, size) {
+			break
+		}
+		bytes += size
+		ds = append(ds, d)
+	}
+	s.mu.Unlock()
+	rest := copy(s.carry, s.carry[i:])
+	clear(s.carry[rest:])
+	s.carry = s.carry[:rest]
+	return ds
 }
 
 // Commit implements driver.Committer: it commits, synchronously, the
@@ -468,9 +496,7 @@ func (s *sub) Close() error {
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
-		s.conn.mu.Lock()
-		delete(s.conn.subs, s)
-		s.conn.mu.Unlock()
+		s.conn.subs.Remove(s)
 	})
 	return nil
 }

@@ -114,6 +114,14 @@
 // so a crash before the first commit does not skip messages; a partition
 // added to the topic after the group started is read from its beginning.
 //
+// Below the engine's bounds (MaxInFlight, MaxInFlightBytes), franz-go
+// buffers what it fetched and Receive has not returned yet: at most one
+// fetch per broker in flight, each of at most fetch_max_bytes and the
+// subscription's MaxInFlightBytes, whichever is smaller (and
+// fetch_max_partition_bytes per partition), as Kafka returns at least one
+// record batch even when it is larger. Records polled that do not fit in
+// the engine's room wait, first in line, for the next Receive.
+//
 // Lag is, for every partition of the topic, the high watermark minus the
 // group's committed offset, or minus the log start offset where the group
 // has no commit; a partition whose offsets cannot be read is unknown,

@@ -36,7 +36,7 @@ type Driver struct{}
 
 // Open implements driver.Driver: it parses u, checks that a broker answers
 // (bounded by ctx) and returns the connection.
-func (Driver) Open(ctx context.Context, u *url.URL) (driver.Conn, error) {
+func (Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
 	cfg, err := parseURL(u)
 	if err != nil {
 		return nil, err
@@ -45,6 +45,7 @@ func (Driver) Open(ctx context.Context, u *url.URL) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	common = append(common, kgo.WithLogger(kgoLogger{opts.Logger}))
 	admin, err := kgo.NewClient(common...)
 	if err != nil {
 		return nil, fmt.Errorf("kafkabus: open %s: %w: %w", cfg.redacted, err, driver.ErrInvalid)
@@ -60,7 +61,6 @@ func (Driver) Open(ctx context.Context, u *url.URL) (driver.Conn, error) {
 		adm:    kadm.NewClient(admin),
 		known:  map[string]bool{},
 		dead:   map[string]bool{},
-		subs:   map[*sub]struct{}{},
 	}, nil
 }
 
@@ -70,12 +70,12 @@ type conn struct {
 	admin  *kgo.Client // metadata and admin requests
 	adm    *kadm.Client
 
+	subs driver.Subscribers[*sub]
+
 	mu        sync.Mutex
-	closed    bool
 	producers [3]*kgo.Client // by driver.Durability, created on first use
 	known     map[string]bool
 	dead      map[string]bool // topics the engine dead-letters to
-	subs      map[*sub]struct{}
 }
 
 // Capabilities implements driver.Conn.
@@ -91,9 +91,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 }
 
 func (c *conn) checkOpen(op, topic string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	if c.subs.Closed() {
 		return fmt.Errorf("kafkabus: %s %q: %w", op, topic, driver.ErrClosed)
 	}
 	return nil
@@ -102,22 +100,14 @@ func (c *conn) checkOpen(op, topic string) error {
 // Close implements driver.Conn. It closes the subscribers still open, the
 // producers (records not yet acknowledged fail) and the admin client.
 func (c *conn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.subs.Close() {
 		return nil
 	}
-	c.closed = true
-	subs := make([]*sub, 0, len(c.subs))
-	for s := range c.subs {
-		subs = append(subs, s)
-	}
+	// producer checks for Close under mu: none is made after this.
+	c.mu.Lock()
 	producers := c.producers
 	c.producers = [3]*kgo.Client{}
 	c.mu.Unlock()
-	for _, s := range subs {
-		_ = s.Close()
-	}
 	for _, p := range producers {
 		if p != nil {
 			p.Close()
@@ -135,7 +125,7 @@ func (c *conn) producer(d driver.Durability) (*kgo.Client, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.subs.Closed() {
 		return nil, driver.ErrClosed
 	}
 	if p := c.producers[d]; p != nil {
@@ -189,13 +179,11 @@ func (c *conn) CreateTopic(ctx context.Context, topic string, n int) error {
 	}
 	// Members of this connection notice the new partitions at once
 	// instead of at the next metadata refresh.
-	c.mu.Lock()
-	for s := range c.subs {
+	for _, s := range c.subs.All() {
 		if s.topic == topic {
 			s.cl.ForceMetadataRefresh()
 		}
 	}
-	c.mu.Unlock()
 	return nil
 }
 

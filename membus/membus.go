@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"net/url"
 	"slices"
@@ -36,7 +35,7 @@ var (
 )
 
 // Open implements driver.Driver.
-func (opener) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
+func (opener) Open(_ context.Context, u *url.URL, _ driver.OpenOptions) (driver.Conn, error) {
 	if err := driver.CheckParams(u, "partitions", "max_bytes"); err != nil {
 		return nil, fmt.Errorf("membus: %w", err)
 	}
@@ -51,10 +50,7 @@ func (opener) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
 			*dst = n
 		}
 	}
-	name := u.Host + u.Path
-	if u.Opaque != "" {
-		name = u.Opaque
-	}
+	name := u.Host + u.Path // omnibus.Open refuses opaque URLs (mem:name)
 	if name == "" {
 		name = "default"
 	}
@@ -155,10 +151,8 @@ func (t *topic) growLocked(n int) {
 }
 
 type conn struct {
-	bus    *Bus
-	mu     sync.Mutex
-	closed bool
-	subs   map[*sub]struct{}
+	bus  *Bus
+	subs driver.Subscribers[*sub]
 }
 
 func (c *conn) Capabilities() driver.Capabilities {
@@ -173,9 +167,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 }
 
 func (c *conn) checkOpen(op, topic string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	if c.subs.Closed() {
 		return fmt.Errorf("membus: %s %q: %w", op, topic, driver.ErrClosed)
 	}
 	return nil
@@ -242,18 +234,13 @@ func (t *topic) partitionLocked(key string, n int) int {
 	if key == "" {
 		return int(t.rr.Add(1) % uint64(n))
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(n))
+	return driver.Partition(key, n)
 }
 
 // Partition returns the partition a key lands on in a topic of n
-// partitions (FNV-1a); empty keys are spread round-robin instead.
-func Partition(key string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(n))
-}
+// partitions (driver.Partition: FNV-1a); empty keys are spread
+// round-robin instead.
+func Partition(key string, n int) int { return driver.Partition(key, n) }
 
 func (c *conn) Subscribe(ctx context.Context, name string, opts driver.SubscribeOptions) (driver.Subscriber, error) {
 	if err := c.checkOpen("subscribe", name); err != nil {
@@ -272,13 +259,10 @@ func (c *conn) Subscribe(ctx context.Context, name string, opts driver.Subscribe
 		t.groups[opts.Group] = g
 	}
 	t.mu.Unlock()
-	s := &sub{conn: c, t: t, g: g, lanes: opts.Lanes, pos: map[int]int64{}, wake: make(chan struct{}, 1)}
-	c.mu.Lock()
-	if c.subs == nil {
-		c.subs = map[*sub]struct{}{}
+	s := &sub{conn: c, t: t, g: g, lanes: opts.Lanes, pos: map[int]int64{}, revoking: map[int]bool{}, wake: make(chan struct{}, 1)}
+	if !c.subs.Add(s) {
+		return nil, fmt.Errorf("membus: subscribe %q: %w", name, driver.ErrClosed)
 	}
-	c.subs[s] = struct{}{}
-	c.mu.Unlock()
 	g.rebalance.Lock()
 	g.members = append(g.members, s)
 	t.rebalance(ctx, g)
@@ -342,16 +326,18 @@ func (t *topic) rebalance(ctx context.Context, g *group) {
 		// A Receive in progress returns at once, so the engine can
 		// dispatch what it read before the partitions go.
 		t.mu.Lock()
-		s.revoking = true
+		for _, p := range ps {
+			s.revoking[p] = true
+		}
 		t.mu.Unlock()
-		signal(s.wake)
+		driver.Notify(s.wake)
 		s.lanes.Revoked(ctx, t.lanes(ps))
 		t.mu.Lock()
 		for _, p := range ps {
 			g.owner[p] = nil
 			delete(s.pos, p)
+			delete(s.revoking, p)
 		}
-		s.revoking = false
 		t.mu.Unlock()
 	}
 	for s, ps := range claim {
@@ -366,7 +352,7 @@ func (t *topic) rebalance(ctx context.Context, g *group) {
 			s.pos[p] = g.committed[p]
 		}
 		t.mu.Unlock()
-		signal(s.wake)
+		driver.Notify(s.wake)
 	}
 }
 
@@ -380,24 +366,9 @@ func (t *topic) lanes(ps []int) []string {
 	return ls
 }
 
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 func (c *conn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.subs.Close() {
 		return nil
-	}
-	c.closed = true
-	subs := slices.Collect(maps.Keys(c.subs))
-	c.mu.Unlock()
-	for _, s := range subs {
-		_ = s.Close()
 	}
 	if c.bus.name != "" {
 		busesMu.Lock()
@@ -422,12 +393,12 @@ type sub struct {
 	pos      map[int]int64 // owned partition -> next offset to read
 	next     int           // round-robin start over owned partitions
 	closed   bool
-	revoking bool // a revocation is in progress: Receive returns at once
+	revoking map[int]bool // partitions being revoked: Receive skips them
 
 	closeOnce sync.Once
 }
 
-func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	t := s.t
 	for {
 		t.mu.Lock()
@@ -436,18 +407,18 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 			return nil, fmt.Errorf("membus: receive %q: %w", t.name, driver.ErrClosed)
 		}
 		var ds []*driver.Delivery
-		owned := slices.Sorted(maps.Keys(s.pos))
-		if s.revoking {
-			owned = nil
-		}
-		for i := range owned {
-			if len(ds) >= max {
-				break
-			}
+		owned := slices.DeleteFunc(slices.Sorted(maps.Keys(s.pos)), func(p int) bool { return s.revoking[p] })
+		bytes, full := 0, false
+		for i := 0; i < len(owned) && !full; i++ {
 			p := owned[(s.next+i)%len(owned)]
 			log := t.parts[p].log
-			for off := s.pos[p]; off < int64(len(log)) && len(ds) < max; off++ {
+			for off := s.pos[p]; off < int64(len(log)); off++ {
 				r := &log[off]
+				size := r.msg.Size()
+				if full = !room.Fits(len(ds), bytes, size); full {
+					break
+				}
+				bytes += size
 				ds = append(ds, &driver.Delivery{
 					Message:  r.msg,
 					Lane:     t.parts[p].lane,
@@ -459,14 +430,14 @@ func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) 
 		}
 		s.next++
 		notify := t.notify
-		revoking := s.revoking
 		t.mu.Unlock()
-		if len(ds) > 0 || revoking {
+		if len(ds) > 0 || full {
 			return ds, nil
 		}
 		select {
 		case <-notify:
 		case <-s.wake:
+			return nil, nil // a revocation waits for this Receive
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -548,10 +519,8 @@ func (s *sub) Close() error {
 		s.t.mu.Lock()
 		s.closed = true
 		s.t.mu.Unlock()
-		signal(s.wake)
-		s.conn.mu.Lock()
-		delete(s.conn.subs, s)
-		s.conn.mu.Unlock()
+		driver.Notify(s.wake)
+		s.conn.subs.Remove(s)
 	})
 	return nil
 }

@@ -218,7 +218,7 @@ func consumeRaw(b *testing.B, js jetstream.JetStream, name string, n int) time.D
 	if err != nil {
 		b.Fatal(err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * benchWindow))
+	it, err := cons.Messages(jetstream.PullMaxMessages(benchWindow))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -84,15 +84,44 @@
 // A consumer group is a durable pull consumer of the stream, named after
 // the group; every group receives every message, and the members of a
 // group compete for the group's messages. A new group starts at new
-// messages (DeliverNew), or at the first one the stream holds with
-// StartEarliest (DeliverAll).
+// messages (the stream's next sequence), or at the first one the stream
+// holds with StartEarliest.
+//
+// A group also records where each of its lanes resumes, in a KV bucket
+// without TTL, "<stream>_positions_<group>_<hash>" (key "p.<lane>": the sequence
+// after the consumer's ack floor, and the stream's creation time). Members
+// write it when the group is created, every 5 seconds while they read,
+// when they hand a lane over or leave, and before a reset (below); it only
+// rises. A JetStream consumer keeps its position only while it exists;
+// the record outlives it, so a group that exists never starts again at
+// the end of the stream:
+//
+//   - a consumer missing when a member subscribes (deleted behind the
+//     group's back, removed by inactive_threshold while the group was
+//     stopped) is created again at the recorded position; without a
+//     record (the bucket was deleted) at the stream's first message:
+//     redeliveries, never a skip. Only a group with neither consumers nor
+//     records is new. To start a group afresh, delete its consumers and
+//     its positions bucket.
+//   - a consumer deleted while members read it is created again the same
+//     way by the first member whose pull fails (or whose pull's heartbeats
+//     stop: a pull on a deleted consumer may get no answer at all, noticed
+//     within 5 seconds); the engine logs a warning (the Receive error
+//     "created again at the group's recorded position").
+//   - a record lags the consumer by up to 5 seconds of acknowledgements:
+//     after such a re-creation, an unpartitioned group gets those messages
+//     again; a partition's reader drops its copies of what it already
+//     settled (see Partitioned mode).
 //
 // A throwaway group (one the user did not name, SubscribeOptions.Ephemeral)
 // leaves nothing behind: its last member deletes its consumers (and, when
-// partitioned, its lease bucket) when it closes, and the consumers carry
-// InactiveThreshold (inactive_threshold, or 5 minutes) so the server
-// removes them after a crash too. A crashed partitioned member's lease
-// bucket stays, empty once its keys expire.
+// partitioned, its lease and positions buckets) when it closes, and the
+// consumers carry InactiveThreshold (inactive_threshold, or 5 minutes) so
+// the server removes them after a crash too. Nobody resumes a throwaway
+// unpartitioned group, so it records no positions, and its consumer
+// deleted behind its back ends the subscription with an error wrapping
+// omnibus.ErrNotFound. A crashed partitioned member's buckets stay, the
+// lease bucket empty once its keys expire.
 //
 // # Partitioned mode
 //
@@ -110,7 +139,8 @@
 //   - the group has a durable pull consumer per partition,
 //     "<group>_p<N>", filtered on the partition's subject; the first member
 //     creates them all at the same start (the stream's next sequence, or
-//     the first with StartEarliest);
+//     the first with StartEarliest), and each lane's position is recorded
+//     as above;
 //   - the members share the partitions through leases in a KV bucket per
 //     stream and group ("<stream>_leases_<group>_<hash>", history 1, TTL =
 //     lease_ttl): key "p.<N>" holds the owner's member ID, written with
@@ -128,30 +158,56 @@
 //     loaded member (the lowest ID among equals) gives one up. Members
 //     beyond N get no partition (lane cap).
 //
-// The server this was written against (2.9) has no pinned clients or
-// consumer priority groups, hence leases; they work on every JetStream
-// server.
+// Leases decide who owns a partition, on every server. On servers with
+// pinned-client priority groups (nats-server 2.11 and later, which
+// includes the embedded server), the partition consumers are also
+// pinned-client consumers (priority group "omnibus", priority_timeout =
+// lease_ttl), and a member that claims a partition unpins the consumer
+// before it reads: from then on the server serves its pulls only, and a
+// pull the previous owner left behind gets nothing (a pin mismatch).
+// That fences the one case leases cannot: an owner frozen past its lease
+// (a long GC pause, a suspended VM) whose pull request is still waiting
+// on the server. On older servers (2.9, 2.10) such a pull can take a
+// message; it comes back to the new owner after ack_wait, behind newer
+// ones (late, never lost). Consumers made before pinning, or on an older
+// server, are pinned when a member claims them on a server that has it.
 //
 // Handing a partition over, in order. A member gives a partition up by
 // stopping its reads (a Receive in progress returns at once), calling
 // Lanes.Revoked (the engine drains the lane within its drain bound and
 // acknowledges what it finished), waiting up to two seconds until the
 // server has applied those acknowledgements (they are asynchronous),
-// and deleting its lease. What it leaves unacknowledged (deliveries
-// abandoned at the drain bound, and messages its pull had prefetched but
-// never handed to the engine) would, on a shared consumer, come back only
-// after ack_wait, behind newer messages. So a member claiming a partition
-// whose consumer has deliveries pending (num_ack_pending > 0) deletes
-// the consumer and creates it again at its ack floor
-// (DeliverByStartSequence = floor + 1) before reading: the first message
-// not acknowledged comes first, and everything after it in order.
-// Deleting the consumer also cuts off any pull the previous owner left
-// on it. A member that cannot refresh a lease stops using it when three
-// quarters of lease_ttl have passed since its last successful refresh
-// began, before the server can expire it: from then on nothing of the
-// lane is delivered, acknowledged or kept in progress, and the engine
-// gets Lanes.Lost; the next owner (maybe the same member) resets the
-// consumer as above. A crashed member's partitions move after lease_ttl.
+// recording the lane's position, and deleting its lease. What it leaves
+// unacknowledged (deliveries abandoned at the drain bound, and messages
+// its pull had prefetched but never handed to the engine) would, on a
+// shared consumer, come back only after ack_wait, behind newer messages.
+// So a member claiming a partition whose consumer has deliveries pending
+// (num_ack_pending > 0) records the consumer's ack floor + 1 as the
+// lane's position, deletes the consumer and creates it again there
+// (DeliverByStartSequence) before reading: the first message not
+// acknowledged comes first, and everything after it in order. Deleting
+// the consumer also cuts off any pull the previous owner left on it; a
+// create that fails leaves the consumer missing, and the next claim
+// creates it at the recorded position. A member that cannot refresh a
+// lease stops using it when three quarters of lease_ttl have passed since
+// its last successful refresh began, before the server can expire it:
+// from then on nothing of the lane is delivered, acknowledged or kept in
+// progress, and the engine gets Lanes.Lost at that moment, from a
+// watchdog of its own, even while another lane drains (a lane whose lease
+// runs out during its own drain has the drain cut short instead); the
+// next owner (maybe the same member) resets the consumer as above. A
+// crashed member's partitions move after lease_ttl. Nothing a member
+// claimed outlives its Close: it deletes its leases, and any lease key
+// still holding its ID (a claim whose reply Close cut off).
+//
+// A partition's reader is its consumer's only reader, so a message it
+// pulls at or below the highest sequence it pulled before is a copy (the
+// server redelivered it because its ack_wait ran out first, or its
+// consumer was created again): a copy is never handed to the engine
+// behind newer messages. While the original is held, the original takes
+// over the copy's delivery; once settled, the copy is acknowledged again.
+// A message nacked (OrderNone) comes back as a new delivery, and so does
+// one the reader never pulled (taken by a stale pull on an older server).
 //
 // Limits, stated plainly:
 //
@@ -167,7 +223,8 @@
 //   - Ownership rests on timing: a member frozen past its deadline (a
 //     long GC pause, a suspended VM) stops delivering and acknowledging
 //     when it wakes, but a handler already running finishes, possibly
-//     while the next owner handles the same message again.
+//     while the next owner handles the same message again. On servers
+//     before 2.11, a pull it left waiting can take a message (see above).
 //   - A consumer created by something else with DeliverNew and never
 //     acknowledged cannot be reset (its start is unknown); its pending
 //     deliveries then come back after ack_wait, out of order.
@@ -199,14 +256,47 @@
 // Delivery.Position the stream sequence. The consumer's MaxDeliver is
 // unlimited: the engine counts attempts and dead-letters after
 // MaxAttempts by publishing to the dead-letter topic, then acknowledges.
-// A delivery held longer than half of ack_wait (a slow handler, a retry
-// waiting in the engine) gets an in-progress signal every quarter of
-// ack_wait, for up to 10 × ack_wait (at least 5 minutes); after that the
-// server redelivers it. Unacknowledged deliveries of a member that closes
-// come back after ack_wait. Each member's pull iterator prefetches up to
-// 2 × MaxInFlight messages ahead of the engine (PullMaxMessages), so
-// ack_wait runs from the prefetch. Acknowledgements are written asynchronously;
-// a lost one means a redelivery, never a loss.
+// Acknowledgements are written asynchronously; a lost one means a
+// redelivery, never a loss.
+//
+// A message counts as held from the moment the pull iterator returns it,
+// wherever it then waits (the member's inbox, Receive's carry, the
+// engine): every held message gets an in-progress signal every ack_wait/4
+// to ack_wait/2, so neither a backlog nor a slow handler nor a retry
+// waiting in the engine lets ack_wait run out. A partition's message is
+// signalled for as long as the member holds it and its lease; an
+// unpartitioned group's for up to 10 × ack_wait (at least 5 minutes),
+// after which the server redelivers it to any member, so a handler that
+// never returns does not keep its message for ever. Only what the pull
+// iterator buffers is not signalled (the server's clock runs from its
+// delivery): should its ack_wait run out there, the copy the server
+// redelivers is dropped on a partition (see Partitioned mode), and
+// delivered again on an unpartitioned group (at least once).
+//
+// A member that leaves an unpartitioned group (Close, after the engine's
+// drain in Shutdown) hands back at once, with Nak, everything it pulled
+// and the engine did not settle: what the engine abandoned, what waits in
+// its inbox and carry, and what the pull iterator still buffers (drained
+// first); the group's other members get it now, not after ack_wait. A
+// partitioned member releases its leases instead, and the next owner
+// resets the consumer (see above).
+//
+// Prefetch. Beyond the engine's MaxInFlight and MaxInFlightBytes, a
+// member holds at most:
+//
+//   - per lane it reads (one unpartitioned; up to N partitioned), the pull
+//     iterator's buffer: MaxInFlight messages (PullMaxMessages), asked for
+//     in pull requests of at most max(MaxInFlightBytes, max_payload +
+//     4 KiB) bytes each (nats.go's PullMaxMessagesWithBytesLimit; a
+//     request never asks for less than the largest message, which would
+//     stall it);
+//   - its inbox, between the pumps and Receive: 64 messages;
+//   - Receive's carry, taken from the inbox and not fitting the engine's
+//     room yet: fewer than MaxInFlight messages.
+//
+// So an unpartitioned member holds at most 2 × MaxInFlight + 64 messages
+// besides the engine's, and a partitioned one (N+1) × MaxInFlight + 64
+// when it reads N partitions.
 //
 // The connection reconnects forever by default; publishes and acks made
 // while it is away are buffered (up to 64 MiB) and sent on reconnect, and
@@ -239,9 +329,10 @@
 // Everything is safe for concurrent use. Each client holds one NATS
 // connection; each group member adds a pump goroutine per lane it reads
 // (the pull iterator's messages into the member's inbox, a bounded queue
-// that Receive empties in batches) and a keeper goroutine
-// (in-progress signals). In partitioned mode a member also runs a
-// watcher (the lease bucket's keys), a refresher (heartbeat and leases)
-// and a balancer, the only goroutine that calls the engine's Lanes. All
-// end in the member's Close, which first releases the member's leases.
+// that Receive empties in batches) and a keeper goroutine (in-progress
+// signals, and the group's positions). In partitioned mode a member also
+// runs a watcher (the lease bucket's keys), a refresher (heartbeat and
+// leases), a balancer (claims and releases: Lanes.Claimed and
+// Lanes.Revoked) and a watchdog (lease deadlines: Lanes.Lost). All end in
+// the member's Close, which first releases the member's leases.
 package natsbus

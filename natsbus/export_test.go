@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"context"
+	"log/slog"
 	"net/url"
 
 	"github.com/nats-io/nats.go"
@@ -19,9 +20,12 @@ func OpenConn(ctx context.Context, rawURL string) (driver.Conn, *nats.Conn, erro
 	q := u.Query()
 	q.Del("durability")
 	u.RawQuery = q.Encode()
-	c, err := opener{}.Open(ctx, u)
+	c, err := opener{}.Open(ctx, u, driver.OpenOptions{Logger: slog.Default()})
 	if err != nil {
 		return nil, nil, err
 	}
 	return c, c.(*conn).nc, nil
 }
+
+// LeaseBucket is the KV bucket of group's partition leases on topic.
+func LeaseBucket(topic, group string) string { return leaseBucket(streamName(topic), group) }

@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"iter"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -9,17 +10,70 @@ import (
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-// held is a delivery handed out and not yet acknowledged, allocated with
-// the driver.Delivery that carries it as its token.
+// held is a delivery pulled and not yet settled, allocated with the
+// driver.Delivery that carries it as its token.
 type held struct {
 	d     driver.Delivery
 	r     *reader
-	seq   uint64 // stream sequence
-	msg   jetstream.Msg
-	since time.Time // received, or last in-progress signal
-	first time.Time
+	seq   uint64        // stream sequence
+	msg   jetstream.Msg // the latest delivery of the message: acks and signals go to it
+	since time.Time     // pulled, or last in-progress signal
+	first time.Time     // pulled
 
 	prev, next *held // in heldList; nil when not listed
+}
+
+// hold converts msg, just pulled by r, into a delivery and holds it: from
+// then on the keeper keeps it in progress, wherever it waits, and Close
+// hands it back.
+//
+// A partition's reader is meant to be its consumer's only reader, so a
+// message it pulls at or below the highest sequence it pulled before is
+// normally a copy: the server redelivered it (its ack_wait ran out before
+// the first in-progress signal, say while it waited in the pull's buffer,
+// or its consumer was created again). A copy is not handed to the engine,
+// where it would come behind newer messages of the lane: when the
+// original is still held, the original takes the copy's message (acks
+// and signals then go to the latest delivery); when the reader settled it
+// already (the copy crossed the ack), the copy is acknowledged again.
+// hold returns nil for a copy. A message handed back with Nack comes again
+// as a new delivery, and so does one the reader never pulled (another
+// client's pull took it first, such as one left by the lane's previous
+// owner): late, but never lost.
+func (s *sub) hold(r *reader, msg jetstream.Msg) (*held, error) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	h := &held{r: r, seq: md.Sequence.Stream, msg: msg, since: now, first: now}
+	h.d = driver.Delivery{Lane: r.lane, Position: strconv.FormatUint(h.seq, 10), Attempt: int(md.NumDelivered), Token: h}
+	fromMsg(&h.d.Message, msg.Headers(), msg.Data())
+	s.mu.Lock()
+	switch {
+	case !r.exclusive || h.seq > r.top:
+		r.pullLocked(h.seq)
+	case hasKey(r.nacked, h.seq):
+		delete(r.nacked, h.seq)
+	case r.pulledLocked(h.seq):
+		orig := s.held.find(r, h.seq)
+		if orig != nil {
+			orig.msg, orig.since = msg, now
+		}
+		s.mu.Unlock()
+		if orig == nil && r.valid(now) {
+			_ = msg.Ack()
+		}
+		return nil, nil
+	}
+	s.held.push(h)
+	s.mu.Unlock()
+	return h, nil
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // heldList is the deliveries a member holds, oldest first: an intrusive
@@ -64,6 +118,16 @@ func (l *heldList) all() iter.Seq[*held] {
 			h = next
 		}
 	}
+}
+
+// find returns r's listed delivery of stream sequence seq, or nil.
+func (l *heldList) find(r *reader, seq uint64) *held {
+	for h := range l.all() {
+		if h.r == r && h.seq == seq {
+			return h
+		}
+	}
+	return nil
 }
 
 // clear unlinks every delivery.

@@ -1,6 +1,10 @@
 package natsbus
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
 
 // inboxLen bounds the items waiting between the pumps and Receive.
 const inboxLen = 64
@@ -24,18 +28,18 @@ func newInbox() *inbox {
 	}
 }
 
-// put adds it, waiting while the inbox is full; false when stop or closed
-// ended the wait.
-func (q *inbox) put(it item, stop, closed <-chan struct{}) bool {
+// put adds it, waiting while the inbox is full; false when stop ended
+// the wait.
+func (q *inbox) put(it item, stop <-chan struct{}) bool {
 	for {
 		q.mu.Lock()
 		if n := len(q.items); n < inboxLen {
 			q.items = append(q.items, it)
 			if n == 0 {
-				notify(q.ready)
+				driver.Notify(q.ready)
 			}
 			if n+1 < inboxLen {
-				notify(q.space) // pass the room on to another waiting pump
+				driver.Notify(q.space) // pass the room on to another waiting pump
 			}
 			q.mu.Unlock()
 			return true
@@ -44,8 +48,6 @@ func (q *inbox) put(it item, stop, closed <-chan struct{}) bool {
 		select {
 		case <-q.space:
 		case <-stop:
-			return false
-		case <-closed:
 			return false
 		}
 	}
@@ -58,7 +60,7 @@ func (q *inbox) take(buf []item, max int) []item {
 	n := min(max, len(q.items))
 	buf = append(buf, q.items[:n]...)
 	if len(q.items) == inboxLen && n > 0 {
-		notify(q.space)
+		driver.Notify(q.space)
 	}
 	rest := copy(q.items, q.items[n:])
 	clear(q.items[rest:])

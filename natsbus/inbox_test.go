@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus/driver"
 )
@@ -30,7 +26,7 @@ func TestInboxOrderAndBounds(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				// err carries the sequence: items need no real message.
-				if !q.put(item{r: r, err: seq(i)}, stop, nil) {
+				if !q.put(item{r: r, err: seq(i)}, stop) {
 					t.Error("put stopped")
 					return
 				}
@@ -81,14 +77,14 @@ func TestReceiveSkipsLanesGivenUp(t *testing.T) {
 	defer close(stop)
 	go func() {
 		for range inboxLen + 10 {
-			s.inbox.put(item{r: dead, err: errors.New("stale")}, stop, nil)
+			s.inbox.put(item{r: dead, err: errors.New("stale")}, stop)
 		}
-		s.inbox.put(item{r: live, err: errors.New("live lane failed")}, stop, nil)
+		s.inbox.put(item{r: live, err: errors.New("live lane failed")}, stop)
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for {
-		ds, err := s.Receive(ctx, 4)
+		ds, err := s.Receive(ctx, driver.Room{Count: 4, Bytes: 1 << 20})
 		if err != nil {
 			if ctx.Err() != nil {
 				t.Fatal("Receive waited with the live lane's item in the inbox")
@@ -101,37 +97,27 @@ func TestReceiveSkipsLanesGivenUp(t *testing.T) {
 	}
 }
 
-// jsMsg stands in for a received JetStream message: Receive reads only its
-// metadata, headers and data.
-type jsMsg struct {
-	jetstream.Msg
-	seq uint64
-}
-
-func (m jsMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.seq}, NumDelivered: 1}, nil
-}
-func (m jsMsg) Headers() nats.Header {
-	return nats.Header{HeaderID: {"m" + strconv.FormatUint(m.seq, 10)}}
-}
-func (m jsMsg) Data() []byte { return nil }
-
 // A read error taken together with deliveries loses neither: Receive
 // returns the deliveries, and the error with the next call.
 func TestReceiveKeepsErrorForNextCall(t *testing.T) {
 	s := newSub(&conn{}, "orders", nil, driver.SubscribeOptions{MaxInFlight: 4})
 	r := &reader{lane: "0"}
+	delivery := func(id string) *held {
+		h := &held{r: r}
+		h.d = driver.Delivery{Message: driver.Message{ID: id}, Lane: r.lane, Token: h}
+		return h
+	}
 	failed := errors.New("pull failed")
-	for _, it := range []item{{r: r, msg: jsMsg{seq: 1}}, {r: r, err: failed}, {r: r, msg: jsMsg{seq: 2}}} {
-		s.inbox.put(it, nil, nil)
+	for _, it := range []item{{r: r, h: delivery("m1")}, {r: r, err: failed}, {r: r, h: delivery("m2")}} {
+		s.inbox.put(it, nil)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ds, err := s.Receive(ctx, 10)
+	ds, err := s.Receive(ctx, driver.Room{Count: 10, Bytes: 1 << 20})
 	if err != nil || len(ds) != 2 || ds[0].ID != "m1" || ds[1].ID != "m2" {
 		t.Fatalf("first Receive = %d deliveries, %v; want m1 and m2", len(ds), err)
 	}
-	if _, err := s.Receive(ctx, 10); !errors.Is(err, failed) {
+	if _, err := s.Receive(ctx, driver.Room{Count: 10, Bytes: 1 << 20}); !errors.Is(err, failed) {
 		t.Fatalf("second Receive: %v, want the read error", err)
 	}
 }

@@ -77,8 +77,4 @@ func partitionSubject(topic string, p int) string { return topic + "." + strconv
 // Partition returns the partition a key lands on in a topic of n
 // partitions: FNV-1a of the key modulo n. Empty keys are spread
 // round-robin instead.
-func Partition(key string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(n))
-}
+func Partition(key string, n int) int { return driver.Partition(key, n) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
@@ -37,12 +38,12 @@ func init() { omnibus.Register(Scheme, opener{}) }
 type opener struct{}
 
 // Open implements driver.Driver.
-func (opener) Open(ctx context.Context, u *url.URL) (driver.Conn, error) {
+func (opener) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
 	cfg, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	return open(ctx, cfg)
+	return open(ctx, cfg, opts.Logger)
 }
 
 // config is a parsed URL.
@@ -237,10 +238,10 @@ type conn struct {
 	sem chan struct{}
 	rr  atomic.Uint64
 
+	subs driver.Subscribers[*sub]
+
 	mu        sync.Mutex
-	closed    bool
-	streams   map[string]*streamRef // by topic
-	subs      map[subscriber]struct{}
+	streams   map[string]*streamRef  // by topic
 	ephemeral map[ephemeralGroup]int // members of throwaway groups on this connection
 }
 
@@ -267,25 +268,36 @@ func (c *conn) leaveEphemeral(stream, group string) bool {
 	return true
 }
 
-type subscriber interface {
-	driver.Subscriber
-}
-
 // streamRef is a topic's stream as this connection knows it.
 type streamRef struct {
-	name  string
-	parts int // 0: unpartitioned (the single subject is the topic)
+	name    string
+	parts   int       // 0: unpartitioned (the single subject is the topic)
+	created time.Time // tells this stream from an earlier one of the same name
 }
 
-func open(ctx context.Context, cfg *config) (*conn, error) {
-	c := &conn{cfg: cfg, sem: make(chan struct{}, cfg.publishWindow), streams: map[string]*streamRef{}, subs: map[subscriber]struct{}{},
+func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
+	c := &conn{cfg: cfg, sem: make(chan struct{}, cfg.publishWindow), streams: map[string]*streamRef{},
 		ephemeral: map[ephemeralGroup]int{}}
 	opts := []nats.Option{
 		nats.Name(cfg.name),
 		nats.MaxReconnects(cfg.maxReconnects),
 		nats.ReconnectWait(cfg.reconnectWait),
 		nats.ReconnectBufSize(64 << 20),
-		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+		// nats.go reports what happens to the connection only through
+		// these handlers: hand them to the client's logger.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Warn("asynchronous error", "subject", subject, "err", err)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected, reconnecting", "url", cfg.redacted, "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("reconnected", "url", cfg.redacted) }),
 	}
 	timeout := cfg.connectTimeout
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
@@ -399,9 +411,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 }
 
 func (c *conn) checkOpen(op, topic string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	if c.subs.Closed() {
 		return fmt.Errorf("natsbus: %s %q: %w", op, topic, driver.ErrClosed)
 	}
 	return nil
@@ -467,13 +477,14 @@ func (c *conn) stream(ctx context.Context, topic string, parts int) (*streamRef,
 			MaxAge:      c.cfg.maxAge,
 			Duplicates:  c.cfg.dupeWindow,
 		}
-		if _, err := c.js.CreateStream(ctx, sc); err != nil {
+		s, err = c.js.CreateStream(ctx, sc)
+		if err != nil {
 			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && try < 3 {
 				continue // created concurrently: read it
 			}
 			return nil, fmt.Errorf("natsbus: create stream %q for topic %q (subjects %s): %w", name, topic, strings.Join(sc.Subjects, ", "), classify(err))
 		}
-		ref = &streamRef{name: name, parts: parts}
+		ref = &streamRef{name: name, parts: parts, created: s.CachedInfo().Created}
 		break
 	}
 	c.mu.Lock()
@@ -501,7 +512,7 @@ func subjects(topic string, parts int) []string {
 // connection expects, and reads its partition count.
 func (c *conn) checkStream(topic string, info *jetstream.StreamInfo) (*streamRef, error) {
 	subs := info.Config.Subjects
-	ref := &streamRef{name: info.Config.Name}
+	ref := &streamRef{name: info.Config.Name, created: info.Created}
 	if c.cfg.partitions == 0 {
 		if len(subs) == 1 && subs[0] == topic {
 			return ref, nil
@@ -533,7 +544,7 @@ func (c *conn) grow(ctx context.Context, topic string, ref *streamRef, parts int
 		return fmt.Errorf("natsbus: create topic %q: grow to %d partitions: %w", topic, parts, classify(err))
 	}
 	c.mu.Lock()
-	c.streams[topic] = &streamRef{name: ref.name, parts: parts}
+	c.streams[topic] = &streamRef{name: ref.name, parts: parts, created: ref.created}
 	c.mu.Unlock()
 	return nil
 }
@@ -566,19 +577,8 @@ func classify(err error) error {
 // Close closes every subscriber, then the connection, then releases the
 // embedded server. Close is idempotent.
 func (c *conn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.subs.Close() {
 		return nil
-	}
-	c.closed = true
-	subs := make([]subscriber, 0, len(c.subs))
-	for s := range c.subs {
-		subs = append(subs, s)
-	}
-	c.mu.Unlock()
-	for _, s := range subs {
-		_ = s.Close()
 	}
 	// Acknowledgements are written asynchronously: push them out.
 	_ = c.nc.FlushTimeout(2 * time.Second)
@@ -589,18 +589,11 @@ func (c *conn) Close() error {
 	return nil
 }
 
-func (c *conn) addSub(s subscriber) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+func (c *conn) addSub(s *sub) error {
+	if !c.subs.Add(s) {
 		return driver.ErrClosed
 	}
-	c.subs[s] = struct{}{}
 	return nil
 }
 
-func (c *conn) removeSub(s subscriber) {
-	c.mu.Lock()
-	delete(c.subs, s)
-	c.mu.Unlock()
-}
+func (c *conn) removeSub(s *sub) { c.subs.Remove(s) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,44 +35,60 @@ const (
 //   - partitionConsumer: the durable consumer of one partition for a group;
 //   - leaseBucket: the KV bucket of a group's leases, one per stream and
 //     group, holding "p.<partition>" = owner's member ID and
-//     "m.<member ID>" = a member's heartbeat.
+//     "m.<member ID>" = a member's heartbeat;
+//   - positionBucket: the KV bucket of a group's positions (see
+//     positions), partitioned or not.
 func partitionConsumer(group string, p int) string { return safeName(group) + "_p" + strconv.Itoa(p) }
 func leaseBucket(stream, group string) string      { return safeName(stream + ".leases." + group) }
+func positionBucket(stream, group string) string   { return safeName(stream + ".positions." + group) }
 func leaseKey(p int) string                        { return "p." + strconv.Itoa(p) }
 func memberKey(id string) string                   { return "m." + id }
 
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
+// pinGroup is the priority group of a pinned partition consumer.
+const pinGroup = "omnibus"
+
+// canPin reports whether the connected server has pinned-client priority
+// groups (nats-server 2.11 and later).
+func (c *conn) canPin() bool {
+	v := strings.SplitN(strings.TrimPrefix(c.nc.ConnectedServerVersion(), "v"), ".", 3)
+	if len(v) < 2 {
+		return false
 	}
+	major, err1 := strconv.Atoi(v[0])
+	minor, err2 := strconv.Atoi(v[1])
+	return err1 == nil && err2 == nil && (major > 2 || major == 2 && minor >= 11)
+}
+
+// pin makes cc a pinned-client consumer when the server has them: the
+// server then serves the pulls of one client only, until it is unpinned
+// or has pulled nothing for lease_ttl.
+func (c *conn) pin(cc *jetstream.ConsumerConfig) {
+	if c.canPin() {
+		cc.PriorityPolicy, cc.PriorityGroups, cc.PinnedTTL = jetstream.PriorityPolicyPinned, []string{pinGroup}, c.cfg.leaseTTL
+	}
+}
+
+// pinned reports whether a consumer serves a pinned client of pinGroup.
+func pinned(info *jetstream.ConsumerInfo) bool {
+	return info.Config.PriorityPolicy == jetstream.PriorityPolicyPinned && slices.Contains(info.Config.PriorityGroups, pinGroup)
 }
 
 // subscribePartitioned joins group on a partitioned topic. Each partition
 // has a durable consumer of its own (created here, all starting at the
-// same point); the members of the group share the partitions through
-// leases in a KV bucket, each partition read by one member at a time.
+// same point for a new group); the members of the group share the
+// partitions through leases in a KV bucket, each partition read by one
+// member at a time.
 func (c *conn) subscribePartitioned(ctx context.Context, topic string, ref *streamRef, opts driver.SubscribeOptions) (driver.Subscriber, error) {
 	fail := func(err error) (driver.Subscriber, error) {
 		return nil, fmt.Errorf("natsbus: subscribe %q group %q: %w", topic, opts.Group, err)
 	}
 	s := newSub(c, topic, ref, opts)
-	// A new group starts every partition at the same sequence: the
-	// stream's next one (StartLatest), or the first (StartEarliest).
-	var startSeq uint64
-	if opts.StartAt == driver.StartLatest {
-		st, err := c.js.Stream(ctx, ref.name)
-		if err != nil {
-			return fail(classify(err))
-		}
-		startSeq = st.CachedInfo().State.LastSeq + 1
+	var err error
+	if s.pos, err = c.positions(ctx, ref, opts.Group); err != nil {
+		return fail(err)
 	}
-	for p := range ref.parts {
-		spec := consumerSpec{filter: partitionSubject(topic, p), start: opts.StartAt, startSeq: startSeq,
-			maxAckPending: s.maxAckPending(), ephemeral: opts.Ephemeral}
-		if _, err := c.consumer(ctx, ref, partitionConsumer(opts.Group, p), spec); err != nil {
-			return fail(err)
-		}
+	if err := s.join(ctx); err != nil {
+		return fail(err)
 	}
 	kv, ttl, err := c.leaseBucket(ctx, ref, opts.Group)
 	if err != nil {
@@ -83,6 +100,7 @@ func (c *conn) subscribePartitioned(ctx context.Context, topic string, ref *stre
 		ctx: pctx, cancel: cancel,
 		ready:  make(chan struct{}),
 		wakeup: make(chan struct{}, 1),
+		check:  make(chan struct{}, 1),
 		leases: map[int]*lease{},
 		view:   map[string]viewEntry{},
 	}
@@ -102,10 +120,11 @@ func (c *conn) subscribePartitioned(ctx context.Context, topic string, ref *stre
 			if !c.leaveEphemeral(ref.name, opts.Group) {
 				return
 			}
-			for p := range ref.parts {
-				_ = c.js.DeleteConsumer(ctx, ref.name, partitionConsumer(opts.Group, p))
+			for _, lane := range s.lanes() {
+				_ = c.js.DeleteConsumer(ctx, ref.name, s.consumerName(lane))
 			}
 			_ = c.js.DeleteKeyValue(ctx, kv.Bucket())
+			_ = c.js.DeleteKeyValue(ctx, s.pos.kv.Bucket())
 		}
 	}
 	s.startKeeper()
@@ -117,22 +136,13 @@ func (c *conn) subscribePartitioned(ctx context.Context, topic string, ref *stre
 // member to create it set it), so every member agrees on it.
 func (c *conn) leaseBucket(ctx context.Context, ref *streamRef, group string) (jetstream.KeyValue, time.Duration, error) {
 	name := leaseBucket(ref.name, group)
-	kv, err := c.js.KeyValue(ctx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = c.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      name,
-			Description: "omnibus partition leases of group " + group + " on stream " + ref.name,
-			History:     1,
-			TTL:         c.cfg.leaseTTL,
-			Storage:     c.cfg.storage,
-			Replicas:    c.cfg.replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = c.js.KeyValue(ctx, name) // created concurrently
-		}
-	}
+	kv, err := c.bucket(ctx, jetstream.KeyValueConfig{
+		Bucket:      name,
+		Description: "omnibus partition leases of group " + group + " on stream " + ref.name,
+		TTL:         c.cfg.leaseTTL,
+	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("lease bucket %q: %w", name, classify(err))
+		return nil, 0, err
 	}
 	st, err := kv.Status(ctx)
 	if err != nil {
@@ -150,10 +160,12 @@ func (c *conn) leaseBucket(ctx context.Context, ref *streamRef, group string) (j
 // holds and the goroutines that keep them.
 //
 // Goroutines, ended by stop: the watcher (the bucket's keys into view),
-// the refresher (heartbeat and leases every ttl/4), and the balancer
-// (takes and gives up partitions; the only caller of Lanes). Lock order:
-// kvMu before sub.mu; viewMu alone. No Lanes call is made with a lock
-// held.
+// the refresher (heartbeat and leases every ttl/4), the balancer (takes
+// and gives up partitions; calls Lanes.Claimed and Lanes.Revoked) and the
+// watchdog (gives up a lease at its deadline and calls Lanes.Lost, so
+// that a lost lane reaches the engine at once, never behind another
+// lane's drain). Lock order: kvMu before sub.mu; viewMu alone. No Lanes
+// call is made with a lock held.
 type partitioned struct {
 	s      *sub
 	kv     jetstream.KeyValue
@@ -166,6 +178,7 @@ type partitioned struct {
 	watch  jetstream.KeyWatcher
 	ready  chan struct{} // closed when the watcher delivered the initial keys
 	wakeup chan struct{} // a lease was lost: balance now
+	check  chan struct{} // a lease was claimed or lost: the watchdog looks again
 	wg     sync.WaitGroup
 
 	kvMu   sync.Mutex // serializes lease writes; guards leases and their fields
@@ -177,13 +190,15 @@ type partitioned struct {
 
 // lease is a partition this member holds in the bucket.
 type lease struct {
-	part     int
-	lane     string
-	rev      uint64    // the key's revision we wrote last
-	deadline time.Time // ours until then, unless refreshed
-	reader   *reader   // nil until claimed
-	claimed  bool      // Lanes.Claimed was called
-	lost     bool      // taken away or expired: Lanes.Lost is due
+	part      int
+	lane      string
+	rev       uint64    // the key's revision we wrote last
+	deadline  time.Time // ours until then, unless refreshed
+	reader    *reader   // nil until claimed
+	claimed   bool      // Lanes.Claimed returned
+	releasing bool      // release owns it from here on
+	revoke    func()    // ends release's Revoked early: set while it runs
+	lost      bool      // taken away or expired
 }
 
 type viewEntry struct {
@@ -201,10 +216,11 @@ func (p *partitioned) start(ctx context.Context) error {
 		return fmt.Errorf("lease bucket %q: watch: %w", p.kv.Bucket(), err)
 	}
 	p.watch = w
-	p.wg.Add(3)
+	p.wg.Add(4)
 	go p.watchLoop()
 	go p.refreshLoop()
 	go p.balanceLoop()
+	go p.watchdogLoop()
 	return nil
 }
 
@@ -249,13 +265,14 @@ func (p *partitioned) extendLocked(l *lease, begin time.Time) {
 }
 
 // loseLocked marks l lost: its lane delivers and acknowledges nothing
-// more, and the balancer calls Lanes.Lost.
+// more, and the watchdog tells the engine.
 func (p *partitioned) loseLocked(l *lease) {
 	l.lost = true
 	if r := l.reader; r != nil {
 		r.lost.Store(true)
-		r.stopAndWait()
+		r.halt(false)
 	}
+	driver.Notify(p.check)
 }
 
 func (p *partitioned) refreshLoop() {
@@ -312,8 +329,72 @@ func (p *partitioned) refresh() {
 		}
 	}
 	if lost {
-		notify(p.wakeup)
+		driver.Notify(p.wakeup)
 	}
+}
+
+func (p *partitioned) watchdogLoop() {
+	defer p.wg.Done()
+	t := time.NewTimer(p.ttl)
+	defer t.Stop()
+	for {
+		t.Reset(time.Until(p.expire(time.Now())))
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		case <-p.check:
+		}
+	}
+}
+
+// expire gives up the leases whose deadline passed and tells the engine
+// about the lanes lost (a lane being released has its drain cut short
+// instead; a lane being claimed is reported by claim). It returns when to
+// look again: the earliest deadline.
+func (p *partitioned) expire(now time.Time) (next time.Time) {
+	next = now.Add(p.ttl / 4)
+	var lost []*lease
+	p.kvMu.Lock()
+	for part, l := range p.leases {
+		if !l.lost && !now.Before(l.deadline) {
+			p.loseLocked(l)
+		}
+		switch {
+		case !l.lost:
+			if l.deadline.Before(next) {
+				next = l.deadline
+			}
+		case l.releasing:
+			if l.revoke != nil {
+				l.revoke()
+			}
+		case l.claimed:
+			delete(p.leases, part)
+			lost = append(lost, l)
+		}
+	}
+	p.kvMu.Unlock()
+	p.reportLost(lost)
+	return next
+}
+
+// reportLost tells the engine that the lanes of leases were lost and
+// forgets their readers.
+func (p *partitioned) reportLost(leases []*lease) {
+	if len(leases) == 0 {
+		return
+	}
+	lanes := make([]string, len(leases))
+	for i, l := range leases {
+		lanes[i] = l.lane
+	}
+	driver.Notify(p.s.wake)
+	p.s.opts.Lanes.Lost(lanes)
+	for _, l := range leases {
+		p.detach(l.reader)
+	}
+	driver.Notify(p.wakeup)
 }
 
 func (p *partitioned) balanceLoop() {
@@ -327,7 +408,6 @@ func (p *partitioned) balanceLoop() {
 	t := time.NewTicker(p.every)
 	defer t.Stop()
 	for p.ctx.Err() == nil {
-		p.dropLost()
 		if p.balance() {
 			continue // gave one up above the fair share: the next at once
 		}
@@ -337,27 +417,6 @@ func (p *partitioned) balanceLoop() {
 		case <-t.C:
 		case <-p.wakeup:
 		}
-	}
-}
-
-// dropLost tells the engine about lanes whose lease was lost.
-func (p *partitioned) dropLost() {
-	p.kvMu.Lock()
-	var lost []*lease
-	for part, l := range p.leases {
-		if l.lost {
-			lost = append(lost, l)
-			delete(p.leases, part)
-		}
-	}
-	p.kvMu.Unlock()
-	for _, l := range lost {
-		if !l.claimed {
-			continue
-		}
-		notify(p.s.wake)
-		p.s.opts.Lanes.Lost([]string{l.lane})
-		p.detach(l.reader)
 	}
 }
 
@@ -460,6 +519,11 @@ func (p *partitioned) claim(part int) {
 	rev, err := p.kv.Create(ctx, leaseKey(part), []byte(p.id))
 	cancel()
 	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			// The server may have written it (a timeout, or Close cancelled
+			// the request): free it if so.
+			p.free(part)
+		}
 		return // taken meanwhile, or a failure: the next round looks again
 	}
 	l := &lease{part: part, lane: lane, rev: rev}
@@ -467,11 +531,12 @@ func (p *partitioned) claim(part int) {
 	p.extendLocked(l, begin)
 	p.leases[part] = l
 	p.kvMu.Unlock()
+	driver.Notify(p.check)
 
 	cons, err := p.prepare(part)
 	var r *reader
 	if err == nil {
-		r, err = s.newReader(lane, cons)
+		r, err = s.newReader(lane, cons, true)
 	}
 	p.kvMu.Lock()
 	if err != nil || l.lost {
@@ -479,7 +544,7 @@ func (p *partitioned) claim(part int) {
 		lost := l.lost
 		p.kvMu.Unlock()
 		if r != nil {
-			r.stopAndWait()
+			r.halt(false)
 		}
 		if !lost {
 			p.deleteLease(part, l.rev)
@@ -487,13 +552,36 @@ func (p *partitioned) claim(part int) {
 		return
 	}
 	r.deadline.Store(l.deadline.UnixNano())
-	l.reader, l.claimed = r, true
+	l.reader = r
 	p.kvMu.Unlock()
 	s.opts.Lanes.Claimed([]string{lane})
 	s.mu.Lock()
 	s.readers[lane] = r
 	s.mu.Unlock()
 	s.startPump(r)
+	// The watchdog reports only lanes the engine was told about: one lost
+	// meanwhile is reported here.
+	p.kvMu.Lock()
+	l.claimed = true
+	lost := l.lost && !l.releasing
+	if lost {
+		delete(p.leases, part)
+	}
+	p.kvMu.Unlock()
+	if lost {
+		p.reportLost([]*lease{l})
+	}
+}
+
+// free deletes partition part's lease if it holds this member's ID: a
+// write whose outcome is unknown, or a lease the member does not know it
+// holds, must not outlive it.
+func (p *partitioned) free(part int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), p.ttl/4)
+	defer cancel()
+	if e, err := p.kv.Get(ctx, leaseKey(part)); err == nil && string(e.Value()) == p.id {
+		_ = p.kv.Delete(ctx, leaseKey(part), jetstream.LastRevision(e.Revision()))
+	}
 }
 
 // prepare returns partition part's consumer, ready for a new owner.
@@ -504,60 +592,90 @@ func (p *partitioned) claim(part int) {
 // messages. So when the consumer has any, prepare deletes it and creates
 // it again at its ack floor (DeliverByStartSequence = floor + 1): the new
 // owner reads them first, in order. Messages above the floor that were
-// acknowledged out of order come again too (redeliveries, in order).
+// acknowledged out of order come again too (redeliveries, in order). The
+// start is recorded in the group's positions before the delete, so that
+// a create that fails leaves the next claim to create the consumer there.
 func (p *partitioned) prepare(part int) (jetstream.Consumer, error) {
-	s, c := p.s, p.s.c
-	name := partitionConsumer(s.opts.Group, part)
-	cons, err := c.consumer(p.ctx, s.ref, name, consumerSpec{filter: partitionSubject(s.topic, part), start: s.opts.StartAt,
-		maxAckPending: s.maxAckPending(), ephemeral: s.opts.Ephemeral})
+	s := p.s
+	lane := strconv.Itoa(part)
+	cons, err := s.consumer(p.ctx, lane)
 	if err != nil {
 		return nil, err
 	}
 	info := cons.CachedInfo()
-	if info.NumAckPending == 0 {
-		return cons, nil
-	}
-	start := info.AckFloor.Stream + 1
-	if info.AckFloor.Consumer == 0 { // nothing acknowledged yet: the consumer's own start
-		switch info.Config.DeliverPolicy {
-		case jetstream.DeliverAllPolicy:
-			start = 1
-		case jetstream.DeliverByStartSequencePolicy:
-			start = info.Config.OptStartSeq
-		default:
-			return cons, nil // cannot tell where it began (DeliverNew): keep it
+	name := s.consumerName(lane)
+	start, ok := resumeSeq(info)
+	if info.NumAckPending == 0 || !ok { // nothing to redeliver, or cannot tell where it began (DeliverNew)
+		if cfg := info.Config; !pinned(info) && s.c.canPin() {
+			// Made before pinning (or on an older server): pin it now.
+			s.c.pin(&cfg)
+			if up, err := s.c.js.UpdateConsumer(p.ctx, s.ref.name, cfg); err == nil {
+				cons = up
+			}
 		}
+		return cons, p.unpin(cons)
+	}
+	if err := s.pos.raise(p.ctx, lane, start); err != nil {
+		return nil, err
 	}
 	cfg := info.Config
+	s.c.pin(&cfg)
 	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, start, nil
-	if err := c.js.DeleteConsumer(p.ctx, s.ref.name, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := s.c.js.DeleteConsumer(p.ctx, s.ref.name, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("reset consumer %q of stream %q at sequence %d: %w", name, s.ref.name, start, classify(err))
 	}
-	cons, err = c.js.CreateConsumer(p.ctx, s.ref.name, cfg)
+	cons, err = s.c.js.CreateConsumer(p.ctx, s.ref.name, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("reset consumer %q of stream %q at sequence %d: %w", name, s.ref.name, start, classify(err))
 	}
 	return cons, nil
 }
 
+// unpin takes a pinned consumer's pin from whichever client holds it
+// (the lane's previous owner), so that the server serves this member's
+// pulls from now on and answers the previous owner's with a pin mismatch.
+func (p *partitioned) unpin(cons jetstream.Consumer) error {
+	info := cons.CachedInfo()
+	if !pinned(info) {
+		return nil
+	}
+	st, err := p.s.c.js.Stream(p.ctx, info.Stream)
+	if err == nil {
+		err = st.UnpinConsumer(p.ctx, info.Name, pinGroup)
+	}
+	if err != nil {
+		return fmt.Errorf("unpin consumer %q of stream %q: %w", info.Name, info.Stream, classify(err))
+	}
+	return nil
+}
+
 // release gives partition part up: the lane stops delivering, the engine
 // drains and acknowledges it (Revoked), the server applies those
-// acknowledgements, and the lease is deleted so another member can take
-// the partition.
+// acknowledgements, the lane's position is recorded, and the lease is
+// deleted so another member can take the partition. Should the lease run
+// out meanwhile, the watchdog cuts the drain short.
 func (p *partitioned) release(part int) {
 	s := p.s
+	ctx, cancel := context.WithCancel(p.ctx)
+	defer cancel()
 	p.kvMu.Lock()
 	l := p.leases[part]
-	p.kvMu.Unlock()
-	if l == nil || !l.claimed {
+	if l == nil || !l.claimed || l.lost {
+		p.kvMu.Unlock()
 		return
 	}
+	l.releasing, l.revoke = true, cancel
+	p.kvMu.Unlock()
 	r := l.reader
-	r.stopAndWait()
-	notify(s.wake)
-	s.opts.Lanes.Revoked(p.ctx, []string{l.lane})
+	r.halt(false)
+	driver.Notify(s.wake)
+	s.opts.Lanes.Revoked(ctx, []string{l.lane})
+	p.kvMu.Lock()
+	l.revoke = nil
+	p.kvMu.Unlock()
 	low := p.detach(r)
 	p.settle(p.ctx, r, low)
+	s.recordLane(p.ctx, r)
 	p.kvMu.Lock()
 	delete(p.leases, part)
 	lost, rev := l.lost, l.rev
@@ -614,14 +732,14 @@ func (p *partitioned) settle(ctx context.Context, r *reader, low uint64) {
 	if low > 0 && low-1 < target {
 		target = low - 1
 	}
-	if target == 0 {
+	if target == 0 || !r.valid(time.Now()) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	_ = p.s.c.nc.FlushWithContext(ctx)
 	for {
-		info, err := r.cons.Info(ctx)
+		info, err := r.consumer().Info(ctx)
 		if err != nil || info.NumAckPending == 0 || (info.AckFloor.Consumer > 0 && info.AckFloor.Stream >= target) {
 			return
 		}
@@ -633,8 +751,11 @@ func (p *partitioned) settle(ctx context.Context, r *reader, low uint64) {
 	}
 }
 
-// leave releases every lease the member still holds and its heartbeat,
-// after its readers stopped (Close).
+// leave releases every lease the member still holds, after its readers
+// stopped (Close): it waits for its acknowledgements, records the lanes'
+// positions and deletes the leases, then deletes any lease that still
+// holds its ID (one whose claim it never learnt the outcome of) and its
+// heartbeat.
 func (p *partitioned) leave(ctx context.Context) {
 	p.kvMu.Lock()
 	leases := p.leases
@@ -649,8 +770,12 @@ func (p *partitioned) leave(ctx context.Context) {
 			low := p.s.lowestHeldLocked(r, false)
 			p.s.mu.Unlock()
 			p.settle(ctx, r, low)
+			p.s.recordLane(ctx, r)
 		}
 		_ = p.kv.Delete(ctx, leaseKey(l.part), jetstream.LastRevision(l.rev))
+	}
+	for part := range p.parts {
+		p.free(part)
 	}
 	_ = p.kv.Delete(ctx, memberKey(p.id))
 }

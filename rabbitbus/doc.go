@@ -47,7 +47,16 @@
 //     after their last consumer leaves (x-expires).
 //   - Retries (see Nack below) go through durable queues
 //     "<topic>:<group>:retry:<ms>ms" with that message TTL, which
-//     dead-letter back into the group's queue.
+//     dead-letter back into the group's queue. With queue_type=quorum
+//     they are declared with x-dead-letter-strategy at-least-once and
+//     x-overflow reject-publish (see Delivery semantics). A throwaway
+//     group's retry queues expire EphemeralExpiry after their TTL once
+//     unused (declaring counts as use, publishing does not: a member
+//     declares a retry queue again at least every EphemeralExpiry/2 while
+//     it retries through it, so the queue outlives what it holds). A
+//     retry queue declared earlier with other arguments fails its
+//     declaration (ErrInvalid); the engine then retries in place until
+//     the queue is deleted.
 //   - A dead-letter topic (where the engine dead-letters, by default
 //     "<topic>.dlq", and any name ending in ".dlq") also gets a durable
 //     queue of the same name
@@ -96,15 +105,42 @@
 // max_message_size, that message fails with ErrTooLarge and the others
 // are sent again.
 //
+// During a memory or disk alarm the server blocks the connections that
+// publish (connection.blocked) and stops reading from them. Publish then
+// waits, and returns its context's error (naming the alarm) when the
+// context ends; so do the declarations, dead letters, retries and
+// Client.Lag, which use the same connection. A write already under way
+// when the block comes goes on in the background and the rest of its
+// batch is not sent: a Publish that returned an error may still have
+// stored some of its messages. Close drops a blocked connection at once
+// (a healthy one gets up to a second to answer connection.close).
+// Consuming and acknowledging use the other connection, which the server
+// does not block.
+//
 // Consuming (default mode): at least once, manual acknowledgements, the
 // prefetch count is the engine's MaxInFlight. Delivery.Position is the
 // AMQP delivery tag (per channel, informational). Acknowledgements of a
 // contiguous run of deliveries go out as one multiple ack. The group's queue is one
 // unordered lane, "0" (Capabilities.Ordered is false). The subscriber
-// implements driver.Nacker: a nack republishes the message (confirmed)
-// to the retry queue for its delay, rounded to the nearest power of √2
-// milliseconds (10ms to 24h), then acknowledges the original; the server
-// needs no delayed-message plugin. Delivery.Attempt counts across
+// implements driver.Nacker: a nack republishes the message (confirmed,
+// mandatory) to the retry queue for its delay, rounded to the nearest
+// power of √2 milliseconds (10ms to 24h), then acknowledges the
+// original; the server needs no delayed-message plugin. A republish the
+// server returns (the retry queue was deleted) is sent again after
+// declaring the queue again; if that fails too, the original is not
+// acknowledged and the engine retries it in place. When the TTL runs
+// out, a quorum retry queue dead-letters at least once: it keeps the
+// message until the group's queue has confirmed it, and tries again
+// (after a few minutes) while the group's queue is unavailable, full or
+// gone. That strategy needs x-overflow reject-publish on the retry
+// queue, which has no length limit and so never rejects a retry; the
+// group's queue, the target, needs nothing: if a policy gives it a
+// length limit with reject-publish, retries wait in the retry queue
+// until there is room, and with the default drop-head it drops its
+// oldest messages to take them. Classic queues dead-letter at most once:
+// a retry is lost if the group's queue is gone when its TTL runs out, or
+// if the server fails while dead-lettering it; use queue_type=quorum
+// where that matters. Delivery.Attempt counts across
 // retries through the omnibus-attempt header; a redelivery after a lost
 // channel adds the queue's count: x-delivery-count on quorum queues, and
 // on classic queues one more when the redelivered flag is set (classic
@@ -123,16 +159,33 @@
 // lanes with traffic. Every rebalance interval a member reads each
 // queue's consumer count (the number of members) and, when it is active
 // on more than ceil(N/members) lanes, hands the extra ones over: it
-// revokes them (the engine finishes and acknowledges what it holds),
-// closes their channels (the server requeues the rest in order and
-// activates the next member in line) and consumes them again at the end
-// of the line. The engine retries failures in place in this mode (there
-// is no Nack), so per-key order holds across retries. Order can break
+// revokes them (the engine finishes and acknowledges what it holds,
+// while the member's other lanes go on delivering), closes their
+// channels (the server requeues the rest in order and activates the next
+// member in line) and consumes them again at the end of the line. The
+// engine retries failures in place in this mode (there is no Nack), so
+// per-key order holds across retries. Order can break
 // when a channel or connection is lost while handlers are running: the
 // next active member gets the unacknowledged messages again while the
 // old handlers may still be finishing (their results are discarded).
 // The key-to-partition mapping belongs to each group's exchange and can
 // change if the exchange's bindings are recreated.
+//
+// Prefetch and memory: the server pushes up to the prefetch count
+// (MaxInFlight) of unacknowledged deliveries per channel, and the
+// subscriber buffers those the engine has not taken yet; the engine's
+// MaxInFlight and MaxInFlightBytes count only what it took. In default
+// mode there is one channel, so the engine and the buffer hold at most
+// MaxInFlight messages together. Bytes are not bounded by the server
+// (RabbitMQ does not implement a prefetch size): what MaxInFlightBytes
+// keeps out of the engine waits in the buffer, so a member holds up to
+// MaxInFlight messages whatever their size, at most MaxInFlight x
+// max_message_bytes, beyond MaxInFlightBytes. In partitioned mode each queue the member is active
+// on has a channel and a prefetch of its own: a member active on k lanes
+// holds up to k x MaxInFlight messages, engine and buffer together.
+// Closing a member (Close, or the end of Shutdown) closes its channels:
+// the server requeues at once everything unacknowledged, what the engine
+// held and what sat in the buffer, and other members get it.
 //
 // Lag is per lane, in messages: the ready count of the lane's queue, read
 // with a passive queue.declare, plus the deliveries that this client's

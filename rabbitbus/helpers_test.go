@@ -38,8 +38,15 @@ func open(ctx context.Context, t testing.TB, params string) *omnibus.Client {
 	if params != "" {
 		u += "?" + params
 	}
+	return openURL(ctx, t, u)
+}
+
+// openURL opens a client on u and, at cleanup, deletes every exchange
+// and queue it declared.
+func openURL(ctx context.Context, t testing.TB, u string) *omnibus.Client {
+	t.Helper()
 	c, err := omnibus.Open(ctx, u)
-	if errors.Is(err, omnibus.ErrUnsupported) && strings.Contains(params, "partitions=") {
+	if errors.Is(err, omnibus.ErrUnsupported) && strings.Contains(u, "partitions=") {
 		testenv.SkipOrFail(t, "missing plugin", fmt.Sprintf("partitioned mode needs RabbitMQ's consistent-hash exchange (%v); enable it with: %s", err, testenv.EnableHashPlugin))
 	}
 	if err != nil {
@@ -51,6 +58,19 @@ func open(ctx context.Context, t testing.TB, params string) *omnibus.Client {
 		deleteTopology(t, dc.declaredNames())
 	})
 	return c
+}
+
+// run runs k until the test ends.
+func run(t testing.TB, k *omnibus.Consumer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = k.Close()
+	})
 }
 
 // rawChannel opens an amqp091 connection and channel of the test's own

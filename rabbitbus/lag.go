@@ -29,29 +29,38 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 	}
 	held := c.held()
 	out := make([]driver.LaneLag, len(queues))
-	var ch *amqp.Channel
-	defer func() {
-		if ch != nil {
-			_ = ch.Close()
-		}
-	}()
-	for i, q := range queues {
-		out[i] = driver.LaneLag{Lane: strconv.Itoa(i)}
-		if ch == nil || ch.IsClosed() { // a failed passive declare closes the channel
-			if ch, err = ac.Channel(); err != nil {
-				ch = nil
+	// The passive declares go over the publishing connection, which the
+	// server blocks during an alarm: they honour ctx.
+	err = c.await(ctx, func() error {
+		var ch *amqp.Channel
+		defer func() {
+			if ch != nil {
+				_ = ch.Close()
+			}
+		}()
+		for i, q := range queues {
+			out[i] = driver.LaneLag{Lane: strconv.Itoa(i)}
+			if ch == nil || ch.IsClosed() { // a failed passive declare closes the channel
+				var err error
+				if ch, err = ac.Channel(); err != nil {
+					ch = nil
+					continue
+				}
+			}
+			info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			var ae *amqp.Error
+			switch {
+			case errors.As(err, &ae) && ae.Code == amqp.NotFound && i == 0:
+				return fmt.Errorf("group %q has no queue %q: %w", group, q, driver.ErrNotFound)
+			case err != nil:
 				continue
 			}
+			out[i].Lag, out[i].Known = int64(info.Messages)+int64(held[q]), true
 		}
-		info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-		var ae *amqp.Error
-		switch {
-		case errors.As(err, &ae) && ae.Code == amqp.NotFound && i == 0:
-			return nil, fmt.Errorf("rabbitbus: lag %q: group %q has no queue %q: %w", topic, group, q, driver.ErrNotFound)
-		case err != nil:
-			continue
-		}
-		out[i].Lag, out[i].Known = int64(info.Messages)+int64(held[q]), true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rabbitbus: lag %q: %w", topic, err)
 	}
 	return out, nil
 }

@@ -30,33 +30,50 @@ var ErrNacked = errors.New("the server nacked the message")
 
 // publisher owns the confirm-mode channel of the publishing connection.
 //
-// Goroutines: run (owned by the publisher, ended by close) opens the
+// Goroutines: run (owned by the publisher, ended by stop) opens the
 // channel, re-sends what a dead channel left unconfirmed, and runs the
-// confirm loop. Publish calls send on the caller's goroutine.
+// confirm loop. A Publish whose ctx can end writes on a goroutine of
+// conn.await, so that it returns at its deadline while a write is stuck
+// on a connection the server blocks; the others write on the caller's
+// goroutine.
 //
-// Lock order: sendMu before pendMu. sendMu serializes sends (a delivery
-// tag is the channel's publish count, so sends and tag bookkeeping must
-// be atomic); pendMu guards the unconfirmed messages and is all the
-// confirm loop takes, so a send blocked on the socket never holds up
-// confirms.
+// Lock order: sendMu before pendMu. sendMu (a channel, so that waiting
+// for it honours ctx) serializes sends: a delivery tag is the channel's
+// publish count, so sends and tag bookkeeping must be atomic. pendMu
+// guards the unconfirmed messages and is all the confirm loop takes, so
+// a send blocked on the socket never holds up confirms.
 type publisher struct {
 	c *conn
 
-	sendMu  sync.Mutex
+	sendMu  chan struct{} // held by sending into it
 	ch      *amqp.Channel // nil while there is none
 	up      chan struct{} // closed while ch is set
 	nextTag uint64
 
-	pendMu   sync.Mutex
-	pending  map[uint64]*pmsg // by delivery tag on ch
-	returned map[string]int   // message IDs returned and not yet confirmed
-	backlog  []*pmsg          // unconfirmed on a dead channel: sent first on the next
-	maxBody  int              // the server's limit, once it told us (0: not yet)
+	pendMu  sync.Mutex
+	pending map[uint64]*pmsg  // by delivery tag on ch
+	routes  map[string]*route // mandatory messages pending, by routeKey
+	backlog []*pmsg           // unconfirmed on a dead channel: sent first on the next
+	maxBody int               // the server's limit, once it told us (0: not yet)
 
 	closed atomic.Bool
-	stop   chan struct{}
+	halt   chan struct{} // closed by stop
 	done   chan struct{}
 }
+
+// route counts, for the mandatory messages pending with one exchange,
+// routing key and message ID, the returns the server sent. A return
+// comes before the confirm of its message and carries no delivery tag,
+// so a confirm counts as returned when a return with its route came
+// while it was pending: a message is never confirmed as routed when it
+// was not, and at worst one that was routed is reported unroutable along
+// with a returned copy of the same ID sent at the same time.
+type route struct {
+	pending int
+	returns int
+}
+
+func routeKey(exchange, key, id string) string { return exchange + "\x00" + key + "\x00" + id }
 
 // pmsg is one message waiting for its confirm.
 type pmsg struct {
@@ -68,6 +85,7 @@ type pmsg struct {
 	b         *pbatch
 	i         int
 	sends     int
+	returns   int // the route's returns when it was sent
 }
 
 // pbatch collects the outcomes of one Publish call.
@@ -86,12 +104,13 @@ func (b *pbatch) finish(i int, err error) {
 
 func newPublisher(c *conn) *publisher {
 	p := &publisher{
-		c:        c,
-		up:       make(chan struct{}),
-		pending:  map[uint64]*pmsg{},
-		returned: map[string]int{},
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		c:       c,
+		sendMu:  make(chan struct{}, 1),
+		up:      make(chan struct{}),
+		pending: map[uint64]*pmsg{},
+		routes:  map[string]*route{},
+		halt:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	go p.run()
 	return p
@@ -161,6 +180,9 @@ func (p *publisher) publish(ctx context.Context, topic string, pms []*pmsg, b *p
 		b.left.Store(int64(len(pms)))
 	}
 	if err := p.send(ctx, pms, confirm); err != nil {
+		if _, reason := p.c.pub.blocked(); reason != "" && ctx.Err() != nil {
+			return fmt.Errorf("rabbitbus: publish %q: %w (the server blocks publishing: %s)", topic, err, reason)
+		}
 		return fmt.Errorf("rabbitbus: publish %q: %w", topic, err)
 	}
 	if !confirm {
@@ -180,35 +202,31 @@ func (p *publisher) publish(ctx context.Context, topic string, pms []*pmsg, b *p
 }
 
 // send puts pms on the channel in order, waiting for a channel while
-// there is none. A message whose send fails because the channel died is
-// sent again on the next one.
+// there is none and for the server to unblock the connection while it
+// blocks it. A message whose send fails because the channel died is sent
+// again on the next one. send returns when ctx ends even while a write is
+// stuck (see conn.await); the messages not yet written are then not sent.
 func (p *publisher) send(ctx context.Context, pms []*pmsg, confirm bool) error {
+	return p.c.await(ctx, func() error { return p.write(ctx, pms, confirm) })
+}
+
+func (p *publisher) write(ctx context.Context, pms []*pmsg, confirm bool) error {
 	i := 0
 	for i < len(pms) {
-		p.sendMu.Lock()
-		for p.ch == nil {
-			up := p.up
-			p.sendMu.Unlock()
-			select {
-			case <-up:
-			case <-p.stop:
-				return driver.ErrClosed
-			case <-ctx.Done():
-				if i > 0 {
-					return fmt.Errorf("%w (after sending %d of %d messages)", ctx.Err(), i, len(pms))
-				}
-				return ctx.Err()
+		if err := p.writable(ctx); err != nil {
+			if i > 0 {
+				return fmt.Errorf("%w (after sending %d of %d messages)", err, i, len(pms))
 			}
-			p.sendMu.Lock()
+			return err
 		}
 		ch := p.ch
-		for ; i < len(pms); i++ {
+		for ; i < len(pms) && ctx.Err() == nil && !p.isBlocked(); i++ {
 			m := pms[i]
 			tag := p.nextTag
 			if confirm {
 				m.sends++
 				p.pendMu.Lock()
-				p.pending[tag] = m
+				p.addLocked(tag, m)
 				p.pendMu.Unlock()
 			}
 			err := ch.Publish(m.exchange, m.key, m.mandatory, false, m.pub)
@@ -218,7 +236,7 @@ func (p *publisher) send(ctx context.Context, pms []*pmsg, confirm bool) error {
 			}
 			if confirm {
 				p.pendMu.Lock()
-				delete(p.pending, tag)
+				p.removeLocked(tag)
 				p.pendMu.Unlock()
 				m.sends--
 			}
@@ -236,9 +254,77 @@ func (p *publisher) send(ctx context.Context, pms []*pmsg, confirm bool) error {
 			}
 			break
 		}
-		p.sendMu.Unlock()
+		<-p.sendMu
 	}
 	return nil
+}
+
+// writable takes sendMu once there is a channel and the server does not
+// block the connection. It gives up when ctx ends or the publisher stops.
+func (p *publisher) writable(ctx context.Context) error {
+	for {
+		select {
+		case p.sendMu <- struct{}{}:
+		case <-p.halt:
+			return driver.ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		var wait <-chan struct{} = p.up
+		if p.ch != nil {
+			if wait, _ = p.c.pub.blocked(); wait == nil {
+				return nil
+			}
+		}
+		<-p.sendMu
+		select {
+		case <-wait:
+		case <-p.halt:
+			return driver.ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (p *publisher) isBlocked() bool {
+	unblocked, _ := p.c.pub.blocked()
+	return unblocked != nil
+}
+
+// addLocked records m as sent with delivery tag tag.
+func (p *publisher) addLocked(tag uint64, m *pmsg) {
+	p.pending[tag] = m
+	if m.mandatory {
+		k := routeKey(m.exchange, m.key, m.pub.MessageId)
+		r := p.routes[k]
+		if r == nil {
+			r = &route{}
+			p.routes[k] = r
+		}
+		r.pending++
+		m.returns = r.returns
+	}
+}
+
+// removeLocked forgets the message sent with tag and reports whether the
+// server returned it.
+func (p *publisher) removeLocked(tag uint64) (m *pmsg, returned bool) {
+	m = p.pending[tag]
+	delete(p.pending, tag)
+	if m == nil || !m.mandatory {
+		return m, false
+	}
+	k := routeKey(m.exchange, m.key, m.pub.MessageId)
+	r := p.routes[k]
+	if r == nil {
+		return m, false
+	}
+	returned = r.returns > m.returns
+	if r.pending--; r.pending == 0 {
+		delete(p.routes, k)
+	}
+	return m, returned
 }
 
 func (p *publisher) run() {
@@ -246,14 +332,14 @@ func (p *publisher) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		<-p.stop
+		<-p.halt
 		cancel()
 	}()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			t := time.NewTimer(backoff(attempt))
 			select {
-			case <-p.stop:
+			case <-p.halt:
 				t.Stop()
 				p.failAll(driver.ErrClosed)
 				return
@@ -288,7 +374,7 @@ func (p *publisher) run() {
 		p.resend(ch)
 		select {
 		case <-served:
-		case <-p.stop:
+		case <-p.halt:
 			_ = ch.Close()
 			<-served
 			p.failAll(driver.ErrClosed)
@@ -323,7 +409,7 @@ func (p *publisher) redeclare(ctx context.Context) error {
 			err = p.c.ensureTopic(ctx, m.exchange)
 		}
 		if err != nil {
-			p.c.log.Warn("rabbitbus: redeclaring before re-publishing failed", "exchange", m.exchange, "err", err)
+			p.c.log.Warn("redeclaring before re-publishing failed", "exchange", m.exchange, "err", err)
 			return err
 		}
 	}
@@ -333,23 +419,24 @@ func (p *publisher) redeclare(ctx context.Context) error {
 // resend sends the backlog on the new channel ch, then opens ch to
 // publishers.
 func (p *publisher) resend(ch *amqp.Channel) {
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
+	p.sendMu <- struct{}{}
+	defer func() { <-p.sendMu }()
 	p.pendMu.Lock()
 	backlog := p.backlog
 	p.backlog = nil
 	p.pending = map[uint64]*pmsg{}
+	clear(p.routes)
 	p.pendMu.Unlock()
 	p.nextTag = 1
 	for n, m := range backlog {
 		tag := p.nextTag
 		m.sends++
 		p.pendMu.Lock()
-		p.pending[tag] = m
+		p.addLocked(tag, m)
 		p.pendMu.Unlock()
 		if err := ch.Publish(m.exchange, m.key, m.mandatory, false, m.pub); err != nil {
 			p.pendMu.Lock()
-			delete(p.pending, tag)
+			p.removeLocked(tag)
 			m.sends--
 			p.backlog = append(backlog[n:], p.backlog...)
 			p.pendMu.Unlock()
@@ -396,24 +483,22 @@ func (p *publisher) serve(confirms <-chan amqp.Confirmation, returns <-chan amqp
 
 func (p *publisher) noteReturn(r amqp.Return) {
 	p.pendMu.Lock()
-	p.returned[r.MessageId]++
+	if rt := p.routes[routeKey(r.Exchange, r.RoutingKey, r.MessageId)]; rt != nil {
+		rt.returns++
+	}
 	p.pendMu.Unlock()
 }
 
 func (p *publisher) confirmed(c amqp.Confirmation) {
 	p.pendMu.Lock()
-	m := p.pending[c.DeliveryTag]
-	delete(p.pending, c.DeliveryTag)
-	var err error
-	if m != nil && m.mandatory && p.returned[m.pub.MessageId] > 0 {
-		if p.returned[m.pub.MessageId]--; p.returned[m.pub.MessageId] == 0 {
-			delete(p.returned, m.pub.MessageId)
-		}
-		err = fmt.Errorf("message %q to exchange %q with routing key %q: %w: %w", m.pub.MessageId, m.exchange, m.key, ErrUnroutable, driver.ErrNotFound)
-	}
+	m, returned := p.removeLocked(c.DeliveryTag)
 	p.pendMu.Unlock()
 	if m == nil {
 		return
+	}
+	var err error
+	if returned {
+		err = fmt.Errorf("message %q to exchange %q with routing key %q: %w: %w", m.pub.MessageId, m.exchange, m.key, ErrUnroutable, driver.ErrNotFound)
 	}
 	if err == nil && !c.Ack {
 		err = fmt.Errorf("message %q: %w", m.pub.MessageId, ErrNacked)
@@ -425,12 +510,12 @@ var tooLarge = regexp.MustCompile(`message size (\d+) is larger than (?:configur
 
 // down moves what the dead channel ch left unconfirmed to the backlog.
 func (p *publisher) down(ch *amqp.Channel, reason *amqp.Error) {
-	p.sendMu.Lock()
+	p.sendMu <- struct{}{}
 	if p.ch == ch {
 		p.ch = nil
 		p.up = make(chan struct{})
 	}
-	p.sendMu.Unlock()
+	<-p.sendMu
 
 	p.pendMu.Lock()
 	tags := make([]uint64, 0, len(p.pending))
@@ -463,16 +548,16 @@ func (p *publisher) down(ch *amqp.Channel, reason *amqp.Error) {
 	}
 	p.backlog = append(backlog, p.backlog...)
 	p.pending = map[uint64]*pmsg{}
-	clear(p.returned)
+	clear(p.routes)
 	p.pendMu.Unlock()
 	for i, m := range failed {
 		m.b.finish(m.i, errs[i])
 	}
 	if reason != nil && reason.Code == amqp.NotFound {
-		p.c.forget()
+		p.c.forget("")
 	}
 	if reason != nil && !p.closed.Load() {
-		p.c.log.Warn("rabbitbus: publishing channel closed; re-publishing unconfirmed messages", "reason", reason, "unconfirmed", len(p.backlog))
+		p.c.log.Warn("publishing channel closed; re-publishing unconfirmed messages", "reason", reason, "unconfirmed", len(p.backlog))
 	}
 }
 
@@ -492,6 +577,7 @@ func (p *publisher) failAll(err error) {
 	}
 	ms = append(ms, p.backlog...)
 	p.pending = map[uint64]*pmsg{}
+	clear(p.routes)
 	p.backlog = nil
 	p.pendMu.Unlock()
 	for _, m := range ms {
@@ -499,10 +585,14 @@ func (p *publisher) failAll(err error) {
 	}
 }
 
-func (p *publisher) close() {
-	if p.closed.Swap(true) {
-		return
+// stop fails what is unconfirmed with ErrClosed and makes every send
+// return; a send stuck on the socket returns once the connection closes,
+// so the caller closes it before it waits.
+func (p *publisher) stop() {
+	if !p.closed.Swap(true) {
+		close(p.halt)
 	}
-	close(p.stop)
-	<-p.done
 }
+
+// wait waits for the publisher's goroutine, after stop.
+func (p *publisher) wait() { <-p.done }

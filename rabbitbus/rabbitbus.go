@@ -243,13 +243,13 @@ func (c *config) openError(err error) error {
 
 // Open implements driver.Driver. It dials once, so that bad credentials,
 // a missing virtual host or an unreachable server fail here.
-func (opener) Open(ctx context.Context, u *url.URL) (driver.Conn, error) {
+func (opener) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
 	cfg, err := parseConfig(u)
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{cfg: cfg, subs: map[*sub]struct{}{}, declared: map[string]uint64{}, names: map[string]bool{}, dead: map[string]bool{}}
-	c.log = slog.Default().With("transport", "rabbitbus")
+	c := &conn{cfg: cfg, declared: map[string]declared{}, names: map[string]bool{}, dead: map[string]bool{}}
+	c.log = opts.Logger
 	pl, err := newLink(ctx, cfg, "publish", c.log)
 	if err != nil {
 		return nil, err
@@ -274,13 +274,25 @@ type conn struct {
 	pub       *link
 	publisher *publisher
 
+	// subs says whether Close began. Close sets it before it takes mu
+	// once, so a check of subs.Closed() made under mu orders with Close:
+	// await's bg.Add and subLink's dial happen before Close reads them,
+	// or not at all.
+	subs driver.Subscribers[*sub]
+
 	mu       sync.Mutex
-	sub      *link // nil until the first Subscribe
-	subs     map[*sub]struct{}
-	closed   bool
-	declared map[string]uint64 // topology key -> publish link generation it was declared in
-	names    map[string]bool   // every exchange ("x:name") and queue ("q:name") declared, for tests
-	dead     map[string]bool   // topics the engine dead-letters to
+	sub      *link               // nil until the first Subscribe
+	declared map[string]declared // topology key -> when it was declared
+	names    map[string]bool     // every exchange ("x:name") and queue ("q:name") declared, for tests
+	dead     map[string]bool     // topics the engine dead-letters to
+
+	bg sync.WaitGroup // calls await left running after their caller's ctx ended
+}
+
+// declared is an entry of the declaration cache.
+type declared struct {
+	gen uint64    // the publish link's connection it was declared on
+	at  time.Time // when the declaration was sent
 }
 
 func (c *conn) Capabilities() driver.Capabilities {
@@ -296,9 +308,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 }
 
 func (c *conn) checkOpen(op, topic string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	if c.subs.Closed() {
 		return fmt.Errorf("rabbitbus: %s %q: %w", op, topic, driver.ErrClosed)
 	}
 	return nil
@@ -308,7 +318,7 @@ func (c *conn) checkOpen(op, topic string) error {
 func (c *conn) subLink(ctx context.Context) (*link, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.subs.Closed() {
 		return nil, driver.ErrClosed
 	}
 	if c.sub != nil {
@@ -323,29 +333,60 @@ func (c *conn) subLink(ctx context.Context) (*link, error) {
 }
 
 // Close closes the subscribers, fails unconfirmed publishes with
-// ErrClosed and closes both connections. It is idempotent.
+// ErrClosed and closes both connections. It is idempotent, and returns
+// within closeTimeout of the subscribers' Close even while the server
+// blocks the connection (a write stuck on it fails when the connection
+// closes).
 func (c *conn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.subs.Close() {
 		return nil
 	}
-	c.closed = true
-	subs := make([]*sub, 0, len(c.subs))
-	for s := range c.subs {
-		subs = append(subs, s)
-	}
+	c.mu.Lock()
 	sl := c.sub
 	c.mu.Unlock()
-	for _, s := range subs {
-		_ = s.Close()
-	}
-	c.publisher.close()
-	c.pub.close()
+	c.publisher.stop()
+	c.pub.close() // ends writes stuck on a blocked connection
+	c.publisher.wait()
 	if sl != nil {
 		sl.close()
 	}
+	c.bg.Wait()
 	return nil
+}
+
+// await runs fn, an amqp091-go call or a sequence of them, and waits for
+// it until ctx ends. amqp091-go's calls take no context, and every call
+// that writes blocks while the server blocks the connection
+// (connection.blocked, during a memory or disk alarm) or the socket
+// stalls; await lets the caller go at its deadline with ctx's error.
+// fn then goes on by itself, on a goroutine counted in c.bg, and ends
+// when its calls do: at the latest when Close closes the connection.
+// Once Close has begun fn runs on the caller's goroutine (Close waits
+// for c.bg), and ends when Close closes the connection.
+func (c *conn) await(ctx context.Context, fn func() error) error {
+	if ctx.Done() == nil {
+		return fn()
+	}
+	c.mu.Lock()
+	closed := c.subs.Closed()
+	if !closed {
+		c.bg.Add(1)
+	}
+	c.mu.Unlock()
+	if closed {
+		return fn()
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer c.bg.Done()
+		done <- fn()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // CreateTopic implements driver.TopicCreator: it declares the topic's
@@ -382,7 +423,8 @@ func (c *conn) queueArgs() amqp.Table {
 	return amqp.Table{amqp.QueueTypeArg: c.cfg.queueType}
 }
 
-// record notes a declared name (for the tests' cleanup).
+// record notes a name about to be declared (for the tests' cleanup: a
+// declaration cut short by a closing connection may still have landed).
 func (c *conn) record(kind, name string) {
 	c.mu.Lock()
 	c.names[kind+":"+name] = true
@@ -402,65 +444,74 @@ func (c *conn) declaredNames() []string {
 	return out
 }
 
-// withChannel runs fn on a short-lived channel of the publishing
-// connection. Declarations use their own channel because a failed one
-// closes the channel it ran on.
+// withChannel runs fn on a short-lived channel of l's connection, until
+// ctx ends (see await). Declarations use their own channel because a
+// failed one closes the channel it ran on.
 func (c *conn) withChannel(ctx context.Context, l *link, fn func(ch *amqp.Channel) error) (uint64, error) {
 	ac, gen, err := l.get(ctx)
 	if err != nil {
 		return 0, err
 	}
-	ch, err := ac.Channel()
-	if err != nil {
-		return 0, fmt.Errorf("open channel: %w", err)
-	}
-	defer func() { _ = ch.Close() }()
-	return gen, fn(ch)
+	return gen, c.await(ctx, func() error {
+		ch, err := ac.Channel()
+		if err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		defer func() { _ = ch.Close() }()
+		return fn(ch)
+	})
 }
 
-// ensure declares the topology named key once per connection.
-func (c *conn) ensure(ctx context.Context, key string, fn func(ch *amqp.Channel) error) error {
+// ensure declares the topology named key once per connection, and again
+// once the declaration is older than maxAge (0: never), which renews the
+// lease of a queue declared with x-expires.
+func (c *conn) ensure(ctx context.Context, key string, maxAge time.Duration, fn func(ch *amqp.Channel) error) error {
 	gen := c.pub.generation()
 	c.mu.Lock()
-	done := c.declared[key] == gen && gen != 0
+	d := c.declared[key]
 	c.mu.Unlock()
-	if done {
+	if gen != 0 && d.gen == gen && (maxAge == 0 || time.Since(d.at) < maxAge) {
 		return nil
 	}
+	at := time.Now()
 	got, err := c.withChannel(ctx, c.pub, fn)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
-	c.declared[key] = got
+	c.declared[key] = declared{gen: got, at: at}
 	c.mu.Unlock()
 	return nil
 }
 
-// forget drops the declaration cache, after the server said something
-// declared is gone.
-func (c *conn) forget() {
+// forget drops key from the declaration cache, or the whole cache when
+// key is empty, after the server said something declared is gone.
+func (c *conn) forget(key string) {
 	c.mu.Lock()
-	clear(c.declared)
+	if key == "" {
+		clear(c.declared)
+	} else {
+		delete(c.declared, key)
+	}
 	c.mu.Unlock()
 }
 
 // ensureTopic declares topic's durable topic exchange and, for a
 // dead-letter topic, its queue.
 func (c *conn) ensureTopic(ctx context.Context, topic string) error {
-	err := c.ensure(ctx, "x:"+topic, func(ch *amqp.Channel) error {
+	err := c.ensure(ctx, "x:"+topic, 0, func(ch *amqp.Channel) error {
+		c.record("x", topic)
 		if err := declareTopic(ch, topic); err != nil {
 			return err
 		}
-		c.record("x", topic)
 		c.mu.Lock()
 		dead := c.dead[topic]
 		c.mu.Unlock()
 		if dead || strings.HasSuffix(topic, dlqSuffix) {
+			c.record("q", topic)
 			if _, err := ch.QueueDeclare(topic, true, false, false, false, c.queueArgs()); err != nil {
 				return err
 			}
-			c.record("q", topic)
 			if err := ch.QueueBind(topic, "#", topic, false, nil); err != nil {
 				return err
 			}
@@ -490,9 +541,6 @@ func (c *conn) topologyError(op, name string, err error) error {
 			return fmt.Errorf("rabbitbus: %s %q: %w: %w", op, name, driver.ErrNotFound, err)
 		}
 	}
-	if errors.Is(err, driver.ErrClosed) {
-		return fmt.Errorf("rabbitbus: %s %q: %w", op, name, err)
-	}
 	return fmt.Errorf("rabbitbus: %s %q: %w", op, name, err)
 }
 
@@ -520,9 +568,19 @@ func (c *conn) probeHashExchange(ctx context.Context) error {
 
 // --- connection supervision ---
 
+// closeTimeout bounds closing a connection: how long Close waits for the
+// server to answer connection.close before it drops the socket, which
+// also fails a write stuck on it. A connection the server blocks is
+// dropped at once: the server reads nothing from it.
+const closeTimeout = time.Second
+
 // link is one AMQP connection that reconnects with backoff when it
 // drops. Users ask it for the current connection with get and watch the
 // connection's or their channel's NotifyClose themselves.
+//
+// Goroutines: supervise (reconnects; ended by close) and, per
+// connection, watchBlocked (follows connection.blocked; ends when the
+// connection closes), both waited for by close.
 type link struct {
 	cfg  *config
 	name string
@@ -534,9 +592,15 @@ type link struct {
 	up      chan struct{}    // closed while ac is set
 	lastErr error
 	closed  bool
+	// unblocked is non-nil while the server blocks ac (connection.blocked,
+	// a memory or disk alarm: it stops reading from connections that
+	// publish) and is closed when it unblocks or ac goes.
+	unblocked   chan struct{}
+	blockReason string
 
 	stop chan struct{}
 	done chan struct{}
+	wg   sync.WaitGroup // watchBlocked
 }
 
 func newLink(ctx context.Context, cfg *config, name string, log *slog.Logger) (*link, error) {
@@ -551,11 +615,56 @@ func newLink(ctx context.Context, cfg *config, name string, log *slog.Logger) (*
 }
 
 func (l *link) set(ac *amqp.Connection) {
+	blocks := ac.NotifyBlocked(make(chan amqp.Blocking, 1))
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.ac = ac
 	l.gen++
+	gen := l.gen
+	l.unblockLocked()
 	close(l.up)
+	l.mu.Unlock()
+	l.wg.Add(1)
+	go l.watchBlocked(gen, blocks)
+}
+
+// watchBlocked follows connection.blocked and connection.unblocked on
+// the connection of generation gen until it closes.
+func (l *link) watchBlocked(gen uint64, blocks <-chan amqp.Blocking) {
+	defer l.wg.Done()
+	for b := range blocks {
+		l.mu.Lock()
+		if l.gen == gen {
+			if !b.Active {
+				l.unblockLocked()
+			} else if l.unblocked == nil {
+				l.unblocked, l.blockReason = make(chan struct{}), b.Reason
+			}
+		}
+		l.mu.Unlock()
+		if b.Active {
+			l.log.Warn("the server blocks the connection (memory or disk alarm); publishing waits", "connection", l.name, "url", l.cfg.redacted, "reason", b.Reason)
+		} else {
+			l.log.Info("the server unblocked the connection", "connection", l.name, "url", l.cfg.redacted)
+		}
+	}
+}
+
+func (l *link) unblockLocked() {
+	if l.unblocked != nil {
+		close(l.unblocked)
+		l.unblocked, l.blockReason = nil, ""
+	}
+}
+
+// blocked returns a channel closed when the server unblocks the current
+// connection, and why it blocks it; a nil channel when it does not.
+func (l *link) blocked() (<-chan struct{}, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unblocked == nil {
+		return nil, ""
+	}
+	return l.unblocked, l.blockReason
 }
 
 func (l *link) generation() uint64 {
@@ -611,7 +720,7 @@ func (l *link) supervise(ac *amqp.Connection) {
 		select {
 		case reason = <-closed:
 		case <-l.stop:
-			_ = ac.Close()
+			l.closeConn(ac)
 			return
 		}
 		l.mu.Lock()
@@ -621,8 +730,9 @@ func (l *link) supervise(ac *amqp.Connection) {
 		}
 		l.ac = nil
 		l.up = make(chan struct{})
+		l.unblockLocked()
 		l.mu.Unlock()
-		l.log.Warn("rabbitbus: connection lost, reconnecting", "connection", l.name, "url", l.cfg.redacted, "reason", redact.Text(fmt.Sprint(reason), l.cfg.url))
+		l.log.Warn("connection lost, reconnecting", "connection", l.name, "url", l.cfg.redacted, "reason", redact.Text(fmt.Sprint(reason), l.cfg.url))
 		for attempt := 1; ; attempt++ {
 			select {
 			case <-time.After(backoff(attempt)):
@@ -650,14 +760,24 @@ func (l *link) supervise(ac *amqp.Connection) {
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
-			_ = ac.Close()
+			l.closeConn(ac)
 			return
 		}
 		l.lastErr = nil
 		l.mu.Unlock()
 		l.set(ac)
-		l.log.Info("rabbitbus: reconnected", "connection", l.name, "url", l.cfg.redacted)
+		l.log.Info("reconnected", "connection", l.name, "url", l.cfg.redacted)
 	}
+}
+
+// closeConn closes ac within closeTimeout, at once while the server
+// blocks it.
+func (l *link) closeConn(ac *amqp.Connection) {
+	deadline := time.Now().Add(closeTimeout)
+	if unblocked, _ := l.blocked(); unblocked != nil {
+		deadline = time.Now()
+	}
+	_ = ac.CloseDeadline(deadline)
 }
 
 func (l *link) close() {
@@ -670,15 +790,8 @@ func (l *link) close() {
 	close(l.stop)
 	l.mu.Unlock()
 	<-l.done
+	l.wg.Wait()
 }
 
-// backoff is the delay before reconnection attempt n (1-based): doubling
-// from reconnectMin up to reconnectMax, jittered down by up to half.
-func backoff(n int) time.Duration {
-	d := reconnectMin
-	for i := 1; i < n && d < reconnectMax; i++ {
-		d *= 2
-	}
-	d = min(d, reconnectMax)
-	return d/2 + rand.N(d/2+1)
-}
+// backoff is the delay before reconnection attempt n (1-based).
+func backoff(n int) time.Duration { return driver.Backoff(n, reconnectMin, reconnectMax) }

@@ -20,10 +20,12 @@ import (
 // opens the lane's channel, declares the lane's topology, consumes, and
 // reopens after a drop), and in partitioned mode the rebalancer.
 //
-// Locks: cbMu serializes the calls into driver.Lanes and is never taken
-// by Receive or Ack; ackMu serializes acknowledgement plans and sends (a
-// multiple ack must not overtake a single ack of a tag it covers); mu
-// guards the buffer and the lanes' channel state. Order: cbMu, ackMu, mu.
+// Locks: cbMu serializes Claimed and Revoked and is never taken by
+// Receive or Ack (Lost is called without it, so that a lost channel
+// reaches the engine at once, not behind another lane's drain); ackMu
+// serializes acknowledgement plans and sends (a multiple ack must not
+// overtake a single ack of a tag it covers); mu guards the buffer and the
+// lanes' channel state. Order: cbMu, ackMu, mu.
 type sub struct {
 	c        *conn
 	link     *link
@@ -39,18 +41,21 @@ type sub struct {
 	cbMu  sync.Mutex
 	ackMu sync.Mutex
 
-	mu      sync.Mutex
-	buf     []*driver.Delivery
-	wake    chan struct{}
-	lostSeq uint64 // counts Lost and Revoked calls
-	seenSeq uint64 // lostSeq when Receive last returned
-	// revoking counts Revoked and Lost calls in progress. While it is
-	// not zero Receive returns at once with nothing: the engine waits for
-	// a Receive in progress before it revokes, and an idle member's
-	// Receive would otherwise hold every revocation for the engine's
-	// whole drain bound.
-	revoking int
-	closed   bool
+	mu   sync.Mutex
+	buf  []*driver.Delivery // deliveries of claimed lanes that are not being revoked
+	wake chan struct{}
+	// revokes counts the starts and ends of Revoked and Lost calls, seen
+	// its value when Receive last returned: Receive returns once with
+	// nothing each time a revocation starts (the engine waits for a
+	// Receive in progress before it revokes, and an idle member's Receive
+	// would otherwise hold the revocation for the engine's whole drain
+	// bound) and each time one ends (so that a Receive begun before the
+	// engine marked the lanes revoked never returns a new claim's
+	// deliveries, which the engine would drop). Otherwise it goes on
+	// returning the deliveries of the lanes that stay.
+	revokes uint64
+	seen    uint64
+	closed  bool
 
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
@@ -123,14 +128,10 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		return nil, c.topologyError("subscribe", topic, err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.subs.Add(s) {
 		s.cancel()
 		return nil, fmt.Errorf("rabbitbus: subscribe %q: %w", topic, driver.ErrClosed)
 	}
-	c.subs[s] = struct{}{}
-	c.mu.Unlock()
 	for _, ln := range s.lanes {
 		s.wg.Add(1)
 		go ln.run()
@@ -150,8 +151,8 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 // the engine retries in place instead.
 type partSub struct{ s *sub }
 
-func (p partSub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
-	return p.s.Receive(ctx, max)
+func (p partSub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
+	return p.s.Receive(ctx, room)
 }
 func (p partSub) Ack(ctx context.Context, ds []*driver.Delivery) error { return p.s.Ack(ctx, ds) }
 func (p partSub) Lag(ctx context.Context) ([]driver.LaneLag, error)    { return p.s.Lag(ctx) }
@@ -168,10 +169,10 @@ var (
 // declare declares the lane's exchange, queue and binding on ch.
 func (l *lane) declare(ch *amqp.Channel) error {
 	s := l.s
+	s.c.record("x", s.topic)
 	if err := declareTopic(ch, s.topic); err != nil {
 		return err
 	}
-	s.c.record("x", s.topic)
 	args := s.c.queueArgs()
 	if s.expires {
 		args["x-expires"] = int32(EphemeralExpiry / time.Millisecond)
@@ -179,20 +180,20 @@ func (l *lane) declare(ch *amqp.Channel) error {
 	src, key := s.topic, "#"
 	if s.part {
 		hx := hashExchange(s.topic, s.group)
+		s.c.record("x", hx)
 		if err := ch.ExchangeDeclare(hx, "x-consistent-hash", true, false, false, false, nil); err != nil {
 			return err
 		}
-		s.c.record("x", hx)
 		if err := ch.ExchangeBind(hx, "#", s.topic, false, nil); err != nil {
 			return err
 		}
 		args["x-single-active-consumer"] = true
 		src, key = hx, "1" // weight 1: every partition gets an equal share of keys
 	}
+	s.c.record("q", l.queue)
 	if _, err := ch.QueueDeclare(l.queue, true, false, false, false, args); err != nil {
 		return err
 	}
-	s.c.record("q", l.queue)
 	return ch.QueueBind(l.queue, key, src, false, nil)
 }
 
@@ -217,7 +218,7 @@ func (l *lane) run() {
 		ch, dels, err := l.open(ac)
 		if err != nil {
 			if s.ctx.Err() == nil && attempt%10 == 1 {
-				s.c.log.Warn("rabbitbus: consuming failed, retrying", "queue", l.queue, "err", err)
+				s.c.log.Warn("consuming failed, retrying", "queue", l.queue, "err", err)
 			}
 			continue
 		}
@@ -283,28 +284,26 @@ func (l *lane) serve(ch *amqp.Channel, dels <-chan amqp.Delivery) {
 	s.mu.Unlock()
 	_ = ch.Close()
 	if lost {
-		s.cbMu.Lock()
+		// Not behind cbMu: a Revoked of another lane may hold it for the
+		// engine's drain bound. The lane's next claim comes from this
+		// goroutine, after Lost returns.
 		s.revoke(func() { s.cb.Lost([]string{l.id}) })
-		s.cbMu.Unlock()
 	}
 }
 
-// revoke runs fn, a call of Lanes.Revoked or Lanes.Lost, with cbMu held.
-// Receive returns promptly (with nothing) while fn runs, as driver.Lanes
-// asks, so that fn does not wait for a Receive that nothing wakes; and
-// once more afterwards, so that the engine looks at its lanes again
-// before it takes deliveries of a new claim.
+// revoke runs fn, a call of Lanes.Revoked or Lanes.Lost, making a Receive
+// in progress return when fn starts and when it ends (see sub.revokes).
 func (s *sub) revoke(fn func()) {
-	s.mu.Lock()
-	s.revoking++
-	s.mu.Unlock()
-	signal(s.wake)
+	s.bump()
 	fn()
+	s.bump()
+}
+
+func (s *sub) bump() {
 	s.mu.Lock()
-	s.revoking--
-	s.lostSeq++
+	s.revokes++
 	s.mu.Unlock()
-	signal(s.wake)
+	driver.Notify(s.wake)
 }
 
 // claim announces lane l of channel generation gen, once.
@@ -353,7 +352,7 @@ func (s *sub) accept(l *lane, gen uint64, d *amqp.Delivery) {
 	}
 	if l.claimed && !l.revoking && !s.closed {
 		s.buf = append(s.buf, dl)
-		signal(s.wake)
+		driver.Notify(s.wake)
 	}
 	// Otherwise the delivery stays unacknowledged until the channel
 	// closes, and the server delivers it again.
@@ -371,43 +370,39 @@ func (s *sub) dropLocked(l *lane) {
 	s.buf = keep
 }
 
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-// Receive implements driver.Subscriber. After a lane was lost or revoked
-// it returns once with no delivery, so that the engine looks at its lanes
-// again before it takes deliveries of a new claim.
-func (s *sub) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+// Receive implements driver.Subscriber. It returns the deliveries of the
+// lanes the member holds and is not handing over, also while other lanes
+// are being revoked; it returns once with nothing when a revocation
+// starts and when one ends (see sub.revokes).
+func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	s.mu.Lock()
 	for {
 		if s.closed {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("rabbitbus: receive %q: %w", s.topic, driver.ErrClosed)
 		}
-		if s.lostSeq != s.seenSeq {
-			s.seenSeq = s.lostSeq
+		if s.seen != s.revokes {
+			// Before the buffer: deliveries go out only from a Receive
+			// that no revocation started or ended during (nor since the
+			// last Receive returned), so the engine never takes one of a
+			// lane it revoked after it began this Receive.
+			s.seen = s.revokes
 			s.mu.Unlock()
 			return nil, nil
 		}
-		if s.revoking > 0 {
-			// A revocation is starting or running: return now, after a
-			// pause so that an engine that has not yet stopped fetching
-			// does not spin.
-			s.mu.Unlock()
-			t := time.NewTimer(2 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
+		if len(s.buf) > 0 {
+			n, bytes := 0, 0
+			for ; n < len(s.buf); n++ {
+				size := s.buf[n].Size()
+				if !room.Fits(n, bytes, size) {
+					break
+				}
+				bytes += size
 			}
-			return nil, nil
-		}
-		if n := min(max, len(s.buf)); n > 0 {
+			if n == 0 {
+				s.mu.Unlock()
+				return nil, nil // the first waiting does not fit
+			}
 			out := make([]*driver.Delivery, n)
 			copy(out, s.buf)
 			clear(s.buf[:n])
@@ -530,53 +525,122 @@ func retryQueue(topic, group string, d time.Duration) string {
 // Nack implements driver.Nacker: each delivery is republished, with its
 // next attempt number, to the group's retry queue for delay (a queue with
 // that message TTL which dead-letters into the group's queue), and is
-// acknowledged once the republish is confirmed.
+// acknowledged once the republish is confirmed. The republish is
+// mandatory: one the server returns, because the retry queue is gone, is
+// sent again after declaring the queue again, and fails if it is
+// returned again. A delivery whose republish failed is not acknowledged;
+// when some of the batch were republished and others not, the error is a
+// *driver.BatchError saying which.
 func (s *sub) Nack(ctx context.Context, ds []*driver.Delivery, delay time.Duration) error {
 	if len(ds) == 0 {
 		return nil
 	}
 	bucket := retryBucket(delay)
 	q := retryQueue(s.topic, s.group, bucket)
-	target := groupQueue(s.topic, s.group)
-	declare := func(ctx context.Context) error {
-		err := s.c.ensure(ctx, "q:"+q, func(ch *amqp.Channel) error {
-			args := s.c.queueArgs()
-			args["x-message-ttl"] = bucket.Milliseconds()
-			args["x-dead-letter-exchange"] = ""
-			args["x-dead-letter-routing-key"] = target
-			if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
-				return err
+	declare := func(ctx context.Context) error { return s.declareRetry(ctx, q, bucket) }
+	results := make([]error, len(ds)) // per delivery; errNotTried until tried
+	for i := range results {
+		results[i] = errNotTried
+	}
+	todo := make([]int, len(ds)) // indexes into ds
+	for i := range todo {
+		todo[i] = i
+	}
+	for try := 1; len(todo) > 0; try++ {
+		if err := declare(ctx); err != nil {
+			for _, i := range todo {
+				results[i] = err
 			}
-			s.c.record("q", q)
-			return nil
-		})
-		if err != nil {
-			return s.c.topologyError("declare retry queue", q, err)
+			break
 		}
-		return nil
-	}
-	if err := declare(ctx); err != nil {
-		return err
-	}
-	b := &pbatch{errs: make([]error, len(ds)), done: make(chan struct{})}
-	pms := make([]*pmsg, len(ds))
-	for i, d := range ds {
-		pms[i] = &pmsg{key: q, pub: encode(&d.Message, true, d.Attempt+1, true), declare: declare, b: b, i: i}
-	}
-	if err := s.c.publisher.publish(ctx, q, pms, b, true); err != nil {
-		return fmt.Errorf("rabbitbus: nack %q group %q: %w", s.topic, s.group, err)
+		b := &pbatch{errs: make([]error, len(todo)), done: make(chan struct{})}
+		pms := make([]*pmsg, len(todo))
+		for j, i := range todo {
+			d := ds[i]
+			pms[j] = &pmsg{key: q, mandatory: true, pub: encode(&d.Message, true, d.Attempt+1, true), declare: declare, b: b, i: j}
+		}
+		if err := s.c.publisher.publish(ctx, q, pms, b, true); err != nil {
+			for _, i := range todo {
+				results[i] = err
+			}
+			break
+		}
+		var again []int
+		for j, err := range b.errs {
+			i := todo[j]
+			results[i] = err
+			if err != nil && try == 1 && errors.Is(err, ErrUnroutable) {
+				again = append(again, i)
+			}
+		}
+		if len(again) > 0 {
+			s.c.forget("q:" + q) // the declaration cache was wrong
+		}
+		todo = again
 	}
 	var ok []*driver.Delivery
-	for i, err := range b.errs {
+	failed := 0
+	for i, err := range results {
 		if err == nil {
 			ok = append(ok, ds[i])
+		} else {
+			failed++
+			results[i] = fmt.Errorf("rabbitbus: nack %q group %q: not requeued: %w", s.topic, s.group, err)
 		}
 	}
-	ackErr := s.Ack(ctx, ok)
-	if err := errors.Join(b.errs...); err != nil {
-		return fmt.Errorf("rabbitbus: nack %q group %q: %d of %d not requeued: %w", s.topic, s.group, len(ds)-len(ok), len(ds), err)
+	// An acknowledgement that fails leaves the original with the server,
+	// which delivers it again: a duplicate of the republished copy, never
+	// a loss. The republish counts.
+	_ = s.Ack(ctx, ok)
+	switch {
+	case failed == 0:
+		return nil
+	case failed == len(ds):
+		return results[0]
 	}
-	return ackErr
+	return &driver.BatchError{Errs: results}
+}
+
+// errNotTried marks a delivery of a Nack whose republish never started.
+var errNotTried = errors.New("not tried")
+
+// declareRetry declares q, the group's retry queue for delay bucket: a
+// queue with that message TTL that dead-letters into the group's queue.
+//
+// A quorum retry queue dead-letters at least once: it keeps a message
+// until the group's queue has confirmed it, so none is lost while that
+// queue is unavailable, full or even gone (the server tries again). This
+// needs the reject-publish overflow; the retry queue has no length limit,
+// so it never rejects a publish for it. Classic queues dead-letter at
+// most once.
+//
+// A throwaway group's retry queue expires once unused, EphemeralExpiry
+// after its TTL: publishing does not count as use, so the queue is
+// declared again (which does) at least every EphemeralExpiry/2, and a
+// queue always outlives the messages published into it.
+func (s *sub) declareRetry(ctx context.Context, q string, bucket time.Duration) error {
+	args := s.c.queueArgs()
+	args["x-message-ttl"] = bucket.Milliseconds()
+	args["x-dead-letter-exchange"] = ""
+	args["x-dead-letter-routing-key"] = groupQueue(s.topic, s.group)
+	if s.quorum {
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args["x-overflow"] = "reject-publish"
+	}
+	var maxAge time.Duration
+	if s.expires {
+		args["x-expires"] = int32((bucket + EphemeralExpiry).Milliseconds())
+		maxAge = EphemeralExpiry / 2
+	}
+	err := s.c.ensure(ctx, "q:"+q, maxAge, func(ch *amqp.Channel) error {
+		s.c.record("q", q)
+		_, err := ch.QueueDeclare(q, true, false, false, false, args)
+		return err
+	})
+	if err != nil {
+		return s.c.topologyError("declare retry queue", q, err)
+	}
+	return nil
 }
 
 // Lag implements driver.LagReader: for every lane of the group, the
@@ -631,14 +695,8 @@ func (s *sub) queueCounts(ctx context.Context) map[string]amqp.Queue {
 // held counts the unacknowledged deliveries per queue over every
 // subscriber of the connection.
 func (c *conn) held() map[string]int {
-	c.mu.Lock()
-	subs := make([]*sub, 0, len(c.subs))
-	for s := range c.subs {
-		subs = append(subs, s)
-	}
-	c.mu.Unlock()
 	out := map[string]int{}
-	for _, s := range subs {
+	for _, s := range c.subs.All() {
 		s.mu.Lock()
 		for _, l := range s.lanes {
 			if l.ch != nil {
@@ -724,6 +782,7 @@ func (s *sub) Close() error {
 				ids = append(ids, l.id)
 			}
 		}
+		s.buf = nil // unacknowledged: the server requeues them with the channels
 		s.mu.Unlock()
 		if len(ids) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -741,15 +800,13 @@ func (s *sub) Close() error {
 		}
 		s.mu.Unlock()
 		s.cbMu.Unlock()
-		signal(s.wake)
+		driver.Notify(s.wake)
 		s.cancel()
 		for _, ch := range chans {
 			_ = ch.Close()
 		}
 		s.wg.Wait()
-		s.c.mu.Lock()
-		delete(s.c.subs, s)
-		s.c.mu.Unlock()
+		s.c.subs.Remove(s)
 	})
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"strings"
@@ -47,7 +48,7 @@ func TestHostlessURLsAreRefused(t *testing.T) {
 			if err != nil {
 				return nil, errUnparsed
 			}
-			return opener{}.Open(ctx, u)
+			return opener{}.Open(ctx, u, driver.OpenOptions{Logger: slog.Default()})
 		},
 	}
 	for _, raw := range urls {

@@ -85,7 +85,7 @@ func natsBaseline(ctx context.Context, _ *omnibus.Client, rawURL, _ string, o be
 			if received.Add(1) == int64(o.count) {
 				close(done)
 			}
-		}, jetstream.PullMaxMessages(2*window))
+		}, jetstream.PullMaxMessages(window))
 		if err != nil {
 			return 0, 0, fmt.Errorf("consume: %w", err)
 		}

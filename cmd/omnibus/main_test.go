@@ -113,7 +113,7 @@ func wantOneLineError(t testing.TB, r result, want, secret string) {
 // included, in its errors; the command must still not show it.
 type leaky struct{}
 
-func (leaky) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
+func (leaky) Open(_ context.Context, u *url.URL, _ driver.OpenOptions) (driver.Conn, error) {
 	return nil, fmt.Errorf("dial %s: connection refused (password %s)", u.String(), func() string { p, _ := u.User.Password(); return p }())
 }
 
@@ -121,7 +121,7 @@ func (leaky) Open(_ context.Context, u *url.URL) (driver.Conn, error) {
 // publishes: every later publish fails with an error that ends send.
 type dropping struct{}
 
-func (dropping) Open(ctx context.Context, u *url.URL) (driver.Conn, error) {
+func (dropping) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
 	c, err := omnibus.Open(ctx, "mem://"+u.Host)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,117 @@
+package driver
+
+// Helpers every transport needs besides its own I/O, written once.
+
+import (
+	"hash/fnv"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Partition returns the partition key lands on in a topic of n
+// partitions: FNV-1a of the key, modulo n. Transports without a
+// partitioner of their own (membus, natsbus' partitioned mode) use it, so
+// that a key lands on the same partition whatever the transport.
+func Partition(key string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// Backoff returns the delay before try number attempt (1-based): first,
+// doubling up to most, jittered down by up to half, so that many waiting
+// clients do not come back at once.
+func Backoff(attempt int, first, most time.Duration) time.Duration {
+	d := first
+	for i := 1; i < attempt && d < most; i++ {
+		d *= 2
+	}
+	d = min(d, most)
+	return d/2 + rand.N(d/2+1)
+}
+
+// Notify sends on ch, a channel of capacity 1, without blocking: a wake-up
+// that coalesces with one already pending.
+func Notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Subscribers is a connection's set of open subscribers and whether the
+// connection is closed: the state every Conn keeps so that Close closes
+// what is still open and nothing opens after it. The zero value is an
+// open connection with no subscriber. Its methods may be called
+// concurrently.
+type Subscribers[S interface {
+	comparable
+	Close() error
+}] struct {
+	mu     sync.Mutex
+	closed bool
+	subs   map[S]struct{}
+}
+
+// Add records s; it returns false, recording nothing, once Close began.
+func (c *Subscribers[S]) Add(s S) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	if c.subs == nil {
+		c.subs = map[S]struct{}{}
+	}
+	c.subs[s] = struct{}{}
+	return true
+}
+
+// Remove forgets s (a subscriber that closed).
+func (c *Subscribers[S]) Remove(s S) {
+	c.mu.Lock()
+	delete(c.subs, s)
+	c.mu.Unlock()
+}
+
+// All returns the subscribers open now.
+func (c *Subscribers[S]) All() []S {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	subs := make([]S, 0, len(c.subs))
+	for s := range c.subs {
+		subs = append(subs, s)
+	}
+	return subs
+}
+
+// Closed reports whether Close began.
+func (c *Subscribers[S]) Closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// Close marks the connection closed and closes every subscriber still
+// open, outside the lock. It reports false when Close had begun before:
+// the caller's own Close then has nothing more to do.
+func (c *Subscribers[S]) Close() bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	c.closed = true
+	subs := make([]S, 0, len(c.subs))
+	for s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.subs = nil
+	c.mu.Unlock()
+	// Outside the lock: a subscriber's Close calls Remove.
+	for _, s := range subs {
+		_ = s.Close()
+	}
+	return true
+}

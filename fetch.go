@@ -1,0 +1,235 @@
+package omnibus
+
+// Fetching: the fetch loop asks Receive for what fits in the member's
+// room and dispatches each delivery into its lane's slot. The loop owns
+// the calls to Receive; the state it reads and writes is guarded by
+// member.mu.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// holdFactor bounds the entries a member holds, settled or not, at
+// holdFactor x MaxInFlight: entries parked behind a retry and entries kept
+// only for a lane's watermark do not count against MaxInFlight, so that
+// one failing key does not stop the others, but they cannot grow without
+// bound either.
+const holdFactor = 16
+
+// room is what the fetch loop may ask Receive for now: the bounds on
+// messages and bytes in flight less what is held. Entries parked until a
+// retry count against the bytes and the hold bound, not against
+// MaxInFlight. Once messages are active it waits until a quarter of the
+// bound is free (judged at the average size received so far), so that
+// Receive returns batches rather than one message per settlement.
+func (m *member) room() driver.Room {
+	cfg := &m.k.cfg
+	hold := holdFactor * cfg.maxInFlight
+	if m.full || m.bytes >= cfg.maxBytes || m.inflight >= hold || m.pending >= hold {
+		return driver.Room{}
+	}
+	active := m.inflight - m.waiting
+	r := driver.Room{
+		Count:    min(cfg.maxInFlight-active, hold-m.inflight, hold-m.pending),
+		Bytes:    cfg.maxBytes - m.bytes,
+		Oversize: m.inflight == 0,
+	}
+	if r.Count <= 0 {
+		return driver.Room{}
+	}
+	if active > 0 && m.avgSize > 0 {
+		limit := max(1, min(cfg.maxInFlight, cfg.maxBytes/m.avgSize))
+		if min(r.Count, r.Bytes/m.avgSize) < max(1, limit/4) {
+			return driver.Room{}
+		}
+	}
+	return r
+}
+
+// fullWait is how long the fetch loop waits before asking again after a
+// Receive that returned nothing while messages were in flight (the first
+// message waiting may not fit), unless a settlement wakes it first.
+const fullWait = 50 * time.Millisecond
+
+func (m *member) fetchLoop(ctx context.Context) {
+	defer close(m.fetchDone)
+	failures := 0
+	for {
+		m.mu.Lock()
+		room := m.room()
+		epoch, gen := m.epoch, m.laneGen
+		var received chan struct{}
+		if room.Count > 0 {
+			received = make(chan struct{})
+			m.receiving = received
+		}
+		m.fetchIdle = room.Count <= 0
+		full := m.full
+		m.mu.Unlock()
+		if room.Count <= 0 {
+			var retry *time.Timer
+			var expired <-chan time.Time
+			if full {
+				retry = time.NewTimer(fullWait)
+				expired = retry.C
+			}
+			select {
+			case <-m.roomCh:
+			case <-expired:
+			case <-ctx.Done():
+				return
+			}
+			if retry != nil {
+				retry.Stop()
+			}
+			m.mu.Lock()
+			m.full = false
+			m.mu.Unlock()
+			continue
+		}
+		ds, err := m.sub.Receive(ctx, room)
+		if err != nil {
+			m.mu.Lock()
+			m.receiving = nil
+			m.mu.Unlock()
+			close(received)
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return
+			}
+			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnsupported) || errors.Is(err, ErrInvalid) {
+				m.k.fail(fmt.Errorf("omnibus: receive %q: %w", m.k.topic, err))
+				return
+			}
+			failures++
+			delay := m.k.cfg.backoff(failures)
+			m.k.logger.Warn("receive failed, retrying", "member", m.id, "err", err, "delay", delay)
+			select {
+			case <-time.After(delay):
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		failures = 0
+		now := time.Now()
+		m.mu.Lock()
+		for _, d := range ds {
+			// A Receive that outlived a revocation's wait for it may hold
+			// deliveries of the old claim: the lane's next owner reads
+			// them again.
+			if m.revokedAt[d.Lane] <= epoch {
+				m.dispatchLocked(d, now)
+			}
+		}
+		m.full = len(ds) == 0 && m.inflight > 0 && m.laneGen == gen
+		m.receiving = nil
+		m.mu.Unlock()
+		close(received)
+	}
+}
+
+// wakeFetchLocked wakes the fetch loop when it waits and there is room.
+func (m *member) wakeFetchLocked() {
+	if m.fetchIdle && m.room().Count > 0 {
+		m.fetchIdle = false
+		driver.Notify(m.roomCh)
+	}
+}
+
+func (m *member) laneLocked(id string) *lane {
+	l := m.lanes[id]
+	if l == nil {
+		ctx, cancel := context.WithCancel(m.ctx)
+		l = &lane{id: id, ctx: ctx, cancel: cancel, slots: map[string]*slot{}, loose: map[*slot]struct{}{}, settled: m.k.laneCounter(id)}
+		m.lanes[id] = l
+	}
+	return l
+}
+
+func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
+	l := m.laneLocked(d.Lane)
+	if l.gone || l.revoking {
+		return // the lane is going away; its next owner reads it again
+	}
+	// An unordered message without batching gets a slot of its own,
+	// allocated with its entry, already holding it: its worker starts
+	// without taking the lock again.
+	loose := m.k.cfg.ordering == OrderNone && m.k.batch == nil
+	var e *entry
+	var s *slot
+	if loose {
+		p := new(struct {
+			s slot
+			e entry
+		})
+		s, e = &p.s, &p.e
+		*s = slot{lane: l, loose: true, running: 1, one: [1]*entry{e}}
+		s.queue = s.one[:]
+	} else {
+		e = new(entry)
+	}
+	e.d, e.lane, e.arrived = d, l, now
+	if d.Attempt > 1 {
+		e.base = d.Attempt - 1
+	}
+	fromDelivery(&e.msg, m.k.topic, d)
+	e.size = d.Size()
+	l.inflight++
+	m.inflight++
+	m.bytes += e.size
+	if m.avgSize == 0 {
+		m.avgSize = max(1, e.size)
+	} else {
+		m.avgSize = max(1, (7*m.avgSize+e.size)/8)
+	}
+	if m.committer != nil {
+		if l.tail == nil {
+			l.head = e
+		} else {
+			l.tail.next = e
+		}
+		l.tail = e
+		l.held++
+		m.pending++
+	}
+	switch {
+	case loose:
+	case m.k.cfg.ordering == OrderKey:
+		s = l.slotLocked(d.Key)
+		s.queue = append(s.queue, e)
+	default:
+		s = l.slotLocked("")
+		s.queue = append(s.queue, e)
+	}
+	switch {
+	case !s.active:
+		s.active = true
+		m.startLocked(s)
+	case s.parked:
+		m.waiting++
+	case s.wake != nil:
+		driver.Notify(s.wake)
+	}
+}
+
+func (l *lane) slotLocked(key string) *slot {
+	s := l.slots[key]
+	if s == nil {
+		s = &slot{lane: l, key: key}
+		l.slots[key] = s
+	}
+	return s
+}
+
+func (l *lane) dropSlotLocked(s *slot) {
+	if s.loose {
+		delete(l.loose, s)
+	} else if l.slots[s.key] == s {
+		delete(l.slots, s.key)
+	}
+}

@@ -1,0 +1,594 @@
+package natsbus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/natsbus"
+)
+
+// Tests that treat the transport the way a hostile user would: consumers
+// deleted behind the group's back, handlers slower than ack_wait, leases
+// that run out while another lane drains, members closed at once.
+
+// servers are the servers the hostile tests run against: the embedded one
+// (the version natsbus builds with) and the machine's (which may be
+// older).
+func servers(t *testing.T) map[string]string {
+	return map[string]string{
+		"Embedded": natsbus.EmbeddedURL(t.TempDir()),
+		"External": externalURL(t),
+	}
+}
+
+// onServers runs test on each of the servers, with a context that ends
+// after timeout.
+func onServers(t *testing.T, timeout time.Duration, test func(t *testing.T, ctx context.Context, base string)) {
+	for name, base := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			test(t, ctx, base)
+		})
+	}
+}
+
+// newTopic creates a topic of parts lanes for the test.
+func newTopic(ctx context.Context, t testing.TB, c *omnibus.Client, base string, parts int) string {
+	t.Helper()
+	topic := topicName(t, base)
+	if err := c.CreateTopic(ctx, topic, parts); err != nil {
+		t.Fatal(err)
+	}
+	return topic
+}
+
+// rawJetStream opens rawURL with natsbus and returns a jetstream handle on
+// the same server, for what a test does behind the group's back.
+func rawJetStream(t testing.TB, rawURL string) jetstream.JetStream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	dc, nc, err := natsbus.OpenConn(ctx, rawURL)
+	if err != nil {
+		t.Fatalf("open %s: %v", rawURL, err)
+	}
+	t.Cleanup(func() { _ = dc.Close() })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// keysOn returns n distinct keys that land on partition p of parts.
+func keysOn(p, parts, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		if k := "k" + strconv.Itoa(i); natsbus.Partition(k, parts) == p {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// publishTo publishes one message per key and returns their IDs.
+func publishTo(t testing.TB, c *omnibus.Client, topic string, keys []string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ms := make([]*omnibus.Message, len(keys))
+	for i, k := range keys {
+		ms[i] = &omnibus.Message{Key: k, Body: []byte("x")}
+	}
+	if err := c.Publish(ctx, topic, ms...); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+// missing returns the IDs col has not seen.
+func (c *collector) missing(ids []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, id := range ids {
+		if c.seen[id] == 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// waitAll waits up to timeout for every id and reports how many arrived.
+func (c *collector) waitAll(t testing.TB, ids []string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for len(c.missing(ids)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if m := c.missing(ids); len(m) > 0 {
+		t.Fatalf("%d of %d delivered within %v", len(ids)-len(m), len(ids), timeout)
+	}
+}
+
+// TestMissingConsumer deletes a group's consumer (a partition's, or the
+// unpartitioned group's) behind its back, while the group is stopped and
+// while it runs: what was published meanwhile must still be delivered. A
+// group that exists never starts again at the end of the stream.
+func TestMissingConsumer(t *testing.T) {
+	for name, base := range servers(t) {
+		for _, tt := range []struct {
+			name     string
+			params   string
+			parts    int
+			consumer string
+		}{
+			{"Partitioned", testParams, 4, "g_p0"},
+			{"Unpartitioned", "ack_wait=5s", 1, "g"},
+		} {
+			for _, running := range []bool{false, true} {
+				state := "Stopped"
+				if running {
+					state = "Running"
+				}
+				t.Run(name+"/"+tt.name+"/"+state, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					u := withParams(base, tt.params)
+					c := open(t, u)
+					js := rawJetStream(t, u)
+					topic := newTopic(ctx, t, c, base, tt.parts)
+					col := newCollector()
+					k, err := c.Subscribe(ctx, topic, col.handle, omnibus.Group("g"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					ids := publishTo(t, c, topic, keysOn(0, tt.parts, 5))
+					if running {
+						run(t, k)
+						col.waitAll(t, ids, 30*time.Second)
+					} else if err := k.Close(); err != nil {
+						t.Fatal(err)
+					}
+					// The server may fail a delete racing its own writes of
+					// the consumer's state: try again.
+					eventually(t, 10*time.Second, func() error { return js.DeleteConsumer(ctx, topic, tt.consumer) })
+					ids = publishTo(t, c, topic, keysOn(0, tt.parts, 10))
+					if !running {
+						k, err = c.Subscribe(ctx, topic, col.handle, omnibus.Group("g"))
+						if err != nil {
+							t.Fatal(err)
+						}
+						run(t, k)
+					}
+					col.waitAll(t, ids, 30*time.Second)
+				})
+			}
+		}
+	}
+}
+
+// strictOrder checks key order the strict way: no older message of a key
+// is handled after a newer one was settled, redeliveries included.
+type strictOrder struct {
+	mu         sync.Mutex
+	settled    map[string]int // highest sequence settled, per key
+	ids        map[string]int
+	deliveries int
+	backs      int
+	first      string
+}
+
+func newStrictOrder() *strictOrder {
+	return &strictOrder{settled: map[string]int{}, ids: map[string]int{}}
+}
+
+// begin records a delivery of m before its handler works on it.
+func (o *strictOrder) begin(m *omnibus.Message) (int, error) {
+	seq, err := strconv.Atoi(m.Headers["seq"])
+	if err != nil {
+		return 0, omnibus.Permanent(err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.deliveries++
+	o.ids[m.ID]++
+	if last := o.settled[m.Key]; seq < last {
+		o.backs++
+		if o.first == "" {
+			o.first = fmt.Sprintf("key %s: sequence %d handled after %d was settled (attempt %d)", m.Key, seq, last, m.Attempt)
+		}
+	}
+	return seq, nil
+}
+
+// done records that m's handler succeeded.
+func (o *strictOrder) done(m *omnibus.Message, seq int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if seq > o.settled[m.Key] {
+		o.settled[m.Key] = seq
+	}
+}
+
+func (o *strictOrder) unique() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.ids)
+}
+
+// TestSlowHandlerKeepsKeyOrder runs a handler slower than ack_wait allows
+// for everything the transport prefetches: 120 messages of one key,
+// ack_wait 1s, MaxInFlight 2, 40 ms per message (about 5 s in all). Every
+// message is handled once, in order: what the pull holds gets in-progress
+// signals, and a copy the server redelivers anyway is dropped.
+func TestSlowHandlerKeepsKeyOrder(t *testing.T) {
+	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		const n = 120
+		u := withParams(base, "partitions=4&ack_wait=1s&lease_ttl=2s&rebalance_interval=100ms")
+		c := open(t, u)
+		topic := newTopic(ctx, t, c, base, 4)
+		var ms []*omnibus.Message
+		for i := 1; i <= n; i++ {
+			ms = append(ms, &omnibus.Message{Key: "k", Headers: map[string]string{"seq": strconv.Itoa(i)}, Body: []byte("x")})
+		}
+		if err := c.Publish(ctx, topic, ms...); err != nil {
+			t.Fatal(err)
+		}
+		o := newStrictOrder()
+		k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+			seq, err := o.begin(m)
+			if err != nil {
+				return err
+			}
+			time.Sleep(40 * time.Millisecond)
+			o.done(m, seq)
+			return nil
+		}, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest), omnibus.MaxInFlight(2), omnibus.Order(omnibus.OrderKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, k)
+		eventually(t, time.Minute, func() error {
+			if got := o.unique(); got < n {
+				return fmt.Errorf("handled %d of %d", got, n)
+			}
+			return nil
+		})
+		// A redelivery comes ack_wait after its delivery: watch for
+		// one that long after the last message.
+		time.Sleep(1500 * time.Millisecond)
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		t.Logf("%d deliveries of %d messages, %d went back to an older message", o.deliveries, n, o.backs)
+		if o.backs > 0 {
+			t.Errorf("%d deliveries went back to an older message, first: %s", o.backs, o.first)
+		}
+	})
+}
+
+// TestLostNotBehindDrain holds a member in a lane's drain (a handler that
+// does not return, a long DrainTimeout) while it loses the lease of
+// another lane: the engine hears of that loss at once, not after the
+// drain.
+func TestLostNotBehindDrain(t *testing.T) {
+	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		u := withParams(base, testParams)
+		c := open(t, u)
+		js := rawJetStream(t, u)
+		topic := newTopic(ctx, t, c, base, 4)
+		// The first member's handler blocks on every message until the
+		// test ends, so whichever lane it gives up drains for as long
+		// as DrainTimeout allows.
+		release := make(chan struct{})
+		var mu sync.Mutex
+		events := map[omnibus.EventKind][]string{}
+		var lostAt time.Time
+		observe := omnibus.Observe(func(e omnibus.Event) {
+			switch e.Kind {
+			case omnibus.EventClaimed, omnibus.EventRevoked, omnibus.EventLost:
+				mu.Lock()
+				events[e.Kind] = append(events[e.Kind], e.Lanes...)
+				if e.Kind == omnibus.EventLost && lostAt.IsZero() {
+					lostAt = time.Now()
+				}
+				mu.Unlock()
+			}
+		})
+		a, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}, omnibus.Group("g"), omnibus.DrainTimeout(time.Minute), observe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, a)
+		t.Cleanup(func() { close(release) }) // before a's drain: cleanups run last first
+		eventually(t, 15*time.Second, func() error {
+			if got := len(a.Stats().Lanes); got != 4 {
+				return fmt.Errorf("the first member holds %d lanes, want 4", got)
+			}
+			return nil
+		})
+		// A message on every lane: whichever the member gives up has
+		// one in flight.
+		var keys []string
+		for p := range 4 {
+			keys = append(keys, keysOn(p, 4, 1)...)
+		}
+		publishTo(t, c, topic, keys)
+		// A second member makes the first give lanes up, one at a
+		// time: the first release drains until the test ends.
+		b, err := open(t, u).Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil },
+			omnibus.Group("g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, b)
+		time.Sleep(time.Second) // the rebalance starts and the first drain blocks
+		mu.Lock()
+		revoked := len(events[omnibus.EventRevoked])
+		mu.Unlock()
+		if revoked != 0 {
+			t.Fatalf("a lane was revoked (%d) although its handler never returns", revoked)
+		}
+		// Take a lease of the first member away behind its back: the
+		// bucket forgets it, and the second member may claim it.
+		kv, err := js.KeyValue(ctx, natsbus.LeaseBucket(topic, "g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var victim string
+		for p := range 4 {
+			key := "p." + strconv.Itoa(p)
+			if e, err := kv.Get(ctx, key); err == nil && len(e.Value()) > 0 {
+				if err := kv.Purge(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+				victim = strconv.Itoa(p)
+				break
+			}
+		}
+		if victim == "" {
+			t.Fatal("no lease found")
+		}
+		taken := time.Now()
+		deadline := taken.Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			at := lostAt
+			mu.Unlock()
+			if !at.IsZero() {
+				t.Logf("lane %s lost %v after its lease was taken", victim, at.Sub(taken).Round(time.Millisecond))
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the engine did not hear of the lost lease of lane %s within 10s (events %v)", victim, events)
+	})
+}
+
+// TestCloseLeavesNoLease closes members right after Subscribe, while they
+// may be claiming partitions: none of their leases may outlive Close.
+func TestCloseLeavesNoLease(t *testing.T) {
+	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		const tries = 20
+		// The default lease_ttl, so that a lease left behind is still
+		// there when the test looks.
+		u := withParams(base, "partitions=4&rebalance_interval=10ms")
+		c := open(t, u)
+		js := rawJetStream(t, u)
+		topic := newTopic(ctx, t, c, base, 4)
+		leaked := 0
+		for i := range tries {
+			group := "g" + strconv.Itoa(i)
+			k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil }, omnibus.Group(group))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The member's balancer claims partitions from here on.
+			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+			if err := k.Close(); err != nil {
+				t.Fatal(err)
+			}
+			kv, err := js.KeyValue(ctx, natsbus.LeaseBucket(topic, group))
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys, err := kv.ListKeysFiltered(ctx, "p.>")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var left []string
+			for key := range keys.Keys() {
+				left = append(left, key)
+			}
+			if len(left) > 0 {
+				leaked++
+				t.Logf("try %d: leases %v left after Close", i, left)
+			}
+		}
+		if leaked > 0 {
+			t.Fatalf("%d of %d closed members left leases behind", leaked, tries)
+		}
+	})
+}
+
+// TestShutdownHandsBack has two members of an unpartitioned group share a
+// backlog; one shuts down gracefully midway. What it had received and not
+// handled goes back at once, so the other member gets everything well
+// before ack_wait (30s) could bring it back.
+func TestShutdownHandsBack(t *testing.T) {
+	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		const n = 3000
+		c := open(t, base)
+		topic := newTopic(ctx, t, c, base, 1)
+		col := newCollector()
+		slow := func(ctx context.Context, m *omnibus.Message) error {
+			time.Sleep(time.Millisecond)
+			return col.handle(ctx, m)
+		}
+		var ks []*omnibus.Consumer
+		for range 2 {
+			k, err := open(t, base).Subscribe(ctx, topic, slow, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest),
+				omnibus.Order(omnibus.OrderNone), omnibus.MaxInFlight(64))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ks = append(ks, k)
+		}
+		ids := publishN(t, c, topic, n, 16)
+		start := time.Now()
+		run(t, ks[1])
+		kctx, kcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- ks[0].Run(kctx) }()
+		defer kcancel()
+		eventually(t, time.Minute, func() error {
+			if got := col.unique(); got < n/3 {
+				return fmt.Errorf("handled %d of %d", got, n)
+			}
+			return nil
+		})
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		defer scancel()
+		if err := ks[0].Shutdown(sctx); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		if err := <-done; err != nil && !errors.Is(err, omnibus.ErrClosed) {
+			t.Fatalf("Run: %v", err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for len(col.missing(ids)) > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if m := col.missing(ids); len(m) > 0 {
+			var state string
+			if cons, err := rawJetStream(t, base).Consumer(ctx, topic, "g"); err == nil {
+				ci := cons.CachedInfo()
+				state = fmt.Sprintf("pending %d, ack pending %d, waiting %d, redelivered %d, ack floor %d, delivered %d",
+					ci.NumPending, ci.NumAckPending, ci.NumWaiting, ci.NumRedelivered, ci.AckFloor.Stream, ci.Delivered.Stream)
+			}
+			t.Fatalf("%d of %d arrived within %v of the start; %d wait for ack_wait (consumer: %s)", n-len(m), n, time.Since(start).Round(time.Millisecond), len(m), state)
+		}
+		t.Logf("all %d arrived %v after the start", n, time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// TestStalePullRequest leaves a pull request on a partition's consumer,
+// as the lane's previous owner would if it froze past its lease while
+// pulling: nothing is lost. On a server with pinned clients (2.11 and
+// later: the embedded one) the request gets nothing, so order holds too;
+// on an older one the message it takes comes back after ack_wait, behind
+// newer ones.
+func TestStalePullRequest(t *testing.T) {
+	onServers(t, time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		const n = 20
+		u := withParams(base, "partitions=4&lease_ttl=2s&rebalance_interval=100ms&ack_wait=2s")
+		c := open(t, u)
+		js := rawJetStream(t, u)
+		topic := newTopic(ctx, t, c, base, 4)
+		o := newStrictOrder()
+		k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+			seq, err := o.begin(m)
+			if err == nil {
+				o.done(m, seq)
+			}
+			return err
+		}, omnibus.Group("g"), omnibus.Order(omnibus.OrderKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, k)
+		eventually(t, 15*time.Second, func() error {
+			if got := len(k.Stats().Lanes); got != 4 {
+				return fmt.Errorf("the member holds %d lanes, want 4", got)
+			}
+			return nil
+		})
+		cons, err := js.Consumer(ctx, topic, "g_p0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := cons.CachedInfo()
+		pinned := info.Config.PriorityPolicy == jetstream.PriorityPolicyPinned
+		opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(5 * time.Second)}
+		if pinned {
+			opts = append(opts, jetstream.FetchPriorityGroup(info.Config.PriorityGroups[0]))
+		}
+		stale, err := cons.Fetch(1, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := keysOn(0, 4, 1)[0]
+		var ms []*omnibus.Message
+		for i := 1; i <= n; i++ {
+			ms = append(ms, &omnibus.Message{Key: key, Headers: map[string]string{"seq": strconv.Itoa(i)}, Body: []byte("x")})
+		}
+		if err := c.Publish(ctx, topic, ms...); err != nil {
+			t.Fatal(err)
+		}
+		stolen := 0
+		for range stale.Messages() {
+			stolen++ // never acknowledged: the previous owner froze
+		}
+		eventually(t, 30*time.Second, func() error {
+			if got := o.unique(); got < n {
+				return fmt.Errorf("handled %d of %d (%d taken by the stale pull)", got, n, stolen)
+			}
+			return nil
+		})
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		t.Logf("server pins clients: %v; the stale pull took %d; %d deliveries went back to an older message", pinned, stolen, o.backs)
+		if pinned && (stolen > 0 || o.backs > 0) {
+			t.Errorf("with a pinned consumer the stale pull took %d and %d deliveries went back (first: %s)", stolen, o.backs, o.first)
+		}
+	})
+}
+
+// TestMissingThrowawayConsumer deletes the consumer of a throwaway
+// unpartitioned group (no name, no recorded positions) while it runs:
+// nobody resumes such a group, so the subscription ends with ErrNotFound
+// rather than starting again somewhere.
+func TestMissingThrowawayConsumer(t *testing.T) {
+	onServers(t, time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		c := open(t, base)
+		js := rawJetStream(t, base)
+		topic := newTopic(ctx, t, c, base, 1)
+		k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- k.Run(ctx) }()
+		eventually(t, 10*time.Second, func() error { return js.DeleteConsumer(ctx, topic, k.Group()) })
+		select {
+		case err := <-done:
+			if !errors.Is(err, omnibus.ErrNotFound) {
+				t.Fatalf("Run: %v, want an error wrapping ErrNotFound", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Run goes on after its throwaway group's consumer was deleted")
+		}
+	})
+}

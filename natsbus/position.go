@@ -1,0 +1,168 @@
+package natsbus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// positions is a group's record of where each of its lanes resumes: the
+// stream sequence after the lane's ack floor, kept in a KV bucket without
+// TTL, one key per lane ("p.<lane>"). A JetStream consumer holds its
+// position only while it exists; the record outlives it, so a consumer
+// that is missing (deleted behind the group's back, removed by
+// inactive_threshold, or lost between the delete and the create of a
+// reset) is created again where the group left off, never at the end of
+// the stream.
+//
+// The record only rises: a write lower than what is stored is dropped,
+// so a stale writer (a member whose lease ran out) cannot move it back. It
+// may lag behind the consumer (it is written every recordEvery, when a
+// member leaves or hands a lane over, and before a reset), which costs
+// redeliveries after a consumer is re-created, never a loss.
+type positions struct {
+	kv      jetstream.KeyValue
+	created time.Time // the stream's creation: records of an older stream of the same name are ignored
+}
+
+// recordEvery is how often a member records the position of the lanes it
+// reads.
+const recordEvery = 5 * time.Second
+
+// position is a lane's record as stored.
+type position struct {
+	// Next is the first stream sequence the lane has not had settled.
+	Next uint64 `json:"next"`
+	// StreamCreated identifies the stream the sequence belongs to.
+	StreamCreated time.Time `json:"stream_created"`
+}
+
+func positionKey(lane string) string { return "p." + lane }
+
+// positions opens, or creates, the bucket of group's positions on ref.
+func (c *conn) positions(ctx context.Context, ref *streamRef, group string) (*positions, error) {
+	kv, err := c.bucket(ctx, jetstream.KeyValueConfig{
+		Bucket:      positionBucket(ref.name, group),
+		Description: "omnibus positions of group " + group + " on stream " + ref.name,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &positions{kv: kv, created: ref.created}, nil
+}
+
+// bucket opens the KV bucket cfg names, or creates it as cfg says, with
+// history 1 and the URL's storage and replicas.
+func (c *conn) bucket(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := c.js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		cfg.History, cfg.Storage, cfg.Replicas = 1, c.cfg.storage, c.cfg.replicas
+		kv, err = c.js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = c.js.KeyValue(ctx, cfg.Bucket) // created concurrently
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bucket %q: %w", cfg.Bucket, classify(err))
+	}
+	return kv, nil
+}
+
+// get returns lane's recorded position and the key's revision; ok is
+// false when there is none for this stream.
+func (p *positions) get(ctx context.Context, lane string) (next, rev uint64, ok bool, err error) {
+	e, err := p.kv.Get(ctx, positionKey(lane))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, 0, false, nil // the bucket deleted behind the group's back: no record
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("position bucket %q: read lane %s: %w", p.kv.Bucket(), lane, classify(err))
+	}
+	var pos position
+	if json.Unmarshal(e.Value(), &pos) != nil || pos.Next == 0 || !pos.StreamCreated.Equal(p.created) {
+		return 0, e.Revision(), false, nil // not ours to trust: written for another stream
+	}
+	return pos.Next, e.Revision(), true, nil
+}
+
+// init records next for lane unless a position is recorded already, and
+// returns the one that holds.
+func (p *positions) init(ctx context.Context, lane string, next uint64) (uint64, error) {
+	for range 3 {
+		have, rev, ok, err := p.get(ctx, lane)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			return have, nil
+		}
+		if err := p.write(ctx, lane, next, rev); err == nil {
+			return next, nil
+		} else if !errors.Is(err, errConflict) {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("position bucket %q: lane %s: written concurrently, try again: %w", p.kv.Bucket(), lane, driver.ErrRetryable)
+}
+
+// raise records next for lane when it is above the recorded position.
+func (p *positions) raise(ctx context.Context, lane string, next uint64) error {
+	for range 3 {
+		have, rev, ok, err := p.get(ctx, lane)
+		if err != nil {
+			return err
+		}
+		if ok && have >= next {
+			return nil
+		}
+		if err := p.write(ctx, lane, next, rev); !errors.Is(err, errConflict) {
+			return err
+		}
+	}
+	return nil // others are writing it: they are as current
+}
+
+// errConflict is a write that lost to another writer.
+var errConflict = errors.New("written concurrently")
+
+// write stores next for lane if the key is still at revision rev (0: the
+// key must not exist); errConflict when it is not.
+func (p *positions) write(ctx context.Context, lane string, next, rev uint64) error {
+	b, _ := json.Marshal(position{Next: next, StreamCreated: p.created})
+	var err error
+	if rev == 0 {
+		_, err = p.kv.Create(ctx, positionKey(lane), b)
+	} else {
+		_, err = p.kv.Update(ctx, positionKey(lane), b, rev)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		return errConflict
+	}
+	return fmt.Errorf("position bucket %q: record lane %s at %d: %w", p.kv.Bucket(), lane, next, classify(err))
+}
+
+// resumeSeq is where a consumer resumes: the sequence after its ack
+// floor, or its own start when nothing was acknowledged yet. ok is false
+// when that cannot be told (a DeliverNew consumer that acknowledged
+// nothing).
+func resumeSeq(info *jetstream.ConsumerInfo) (next uint64, ok bool) {
+	if info.AckFloor.Consumer > 0 {
+		return info.AckFloor.Stream + 1, true
+	}
+	switch info.Config.DeliverPolicy {
+	case jetstream.DeliverAllPolicy:
+		return 1, true
+	case jetstream.DeliverByStartSequencePolicy:
+		return max(1, info.Config.OptStartSeq), true
+	}
+	return 0, false
+}
