@@ -41,10 +41,10 @@ group, so it takes nothing away from the topic's real consumers; with
 
 It stops after --max messages or on Ctrl-C, cleanly: it acknowledges
 what it wrote, and hands what it received but did not write back to the
-transport unacknowledged, for the group to read again (at once, except
-on NATS without partitions, where the group's ack_wait must pass). On a
-topic that does not exist yet it says so, and waits for the topic's
-first message.
+transport unacknowledged, for the group to read again at once (on NATS
+without partitions, some only after the group's ack_wait). On a topic
+that does not exist yet it says so, and waits for the topic's first
+message.
 
 --json prints one object per line with the fields id, key, type, source,
 time, headers, body, topic, lane and position; a body that is not valid
@@ -198,7 +198,7 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 		switch {
 		case e.Kind == omnibus.EventProcessed:
 			processed.Add(1)
-		case e.Kind == omnibus.EventCommitted && e.Lanes == nil:
+		case e.Kind == omnibus.EventAcked:
 			acked.Add(int64(e.Count))
 		}
 	}
