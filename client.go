@@ -107,8 +107,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 		// Name the URL once: transports name the URL they were given in
 		// their errors. A transport's client library might quote a
 		// credential, which Redact hides.
-		if strings.Contains(err.Error(), RedactURL(u.String())) {
-			err = fmt.Errorf("omnibus: open: %w", err)
+		if strings.Contains(Redact(err.Error(), rawURL), RedactURL(u.String())) {
+			err = fmt.Errorf("omnibus: %w", err)
 		} else {
 			err = fmt.Errorf("omnibus: open %s: %w", RedactURL(rawURL), err)
 		}

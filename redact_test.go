@@ -151,6 +151,17 @@ func TestRedactURLShapes(t *testing.T) {
 	}
 }
 
+// TestRedactShortSecret: a short password is hidden where it stands,
+// and the words that contain its letters are left alone.
+func TestRedactShortSecret(t *testing.T) {
+	raw := "nats://u:p@127.0.0.1:1"
+	msg := "open " + raw + ": password p refused (p)"
+	want := "open nats://u:xxxxx@127.0.0.1:1: password xxxxx refused (xxxxx)"
+	if got := omnibus.Redact(msg, raw); got != want {
+		t.Errorf("Redact(%q) = %q, want %q", msg, got, want)
+	}
+}
+
 // TestOpenRefusesHostlessURLs: a URL whose host part is missing (one
 // slash, or none) is an error naming the problem, before any driver runs.
 func TestOpenRefusesHostlessURLs(t *testing.T) {

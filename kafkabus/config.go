@@ -98,7 +98,7 @@ func parseURL(u *url.URL) (*config, error) {
 		return nil, invalid(u, "scheme %q, want %s or %s", u.Scheme, Scheme, SchemeTLS)
 	}
 	if err := driver.CheckParams(u, params...); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kafkabus: %w", err)
 	}
 	if u.Opaque != "" || u.Host == "" {
 		return nil, invalid(u, "no broker address (want %s://host:port[,host:port...])", u.Scheme)

@@ -2,6 +2,8 @@ package rabbitbus
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"sync"
@@ -44,6 +46,9 @@ func open(ctx context.Context, t testing.TB, params string) *omnibus.Client {
 func openURL(ctx context.Context, t testing.TB, u string) *omnibus.Client {
 	t.Helper()
 	c, err := omnibus.Open(ctx, u)
+	if errors.Is(err, omnibus.ErrUnsupported) && strings.Contains(u, "partitions=") {
+		testenv.SkipOrFail(t, "missing plugin", fmt.Sprintf("partitioned mode needs RabbitMQ's consistent-hash exchange (%v); enable it with: %s", err, testenv.EnableHashPlugin))
+	}
 	if err != nil {
 		t.Fatalf("Open(%q): %v", u, err)
 	}

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # Runs every test of omnibus. It first makes sure the servers the
-# integration tests need are installed (Debian packages) and running on
-# loopback, as a fresh machine will not have them:
-#   RabbitMQ on 127.0.0.1:5672 with the consistent-hash exchange plugin,
-#   NATS with JetStream on 127.0.0.1:4222,
-#   kcat (librdkafka's command-line client) for the Kafka interop test.
+# integration tests need are installed and running on loopback, as a
+# fresh machine will not have them. What it may change on the machine:
+#   - installs, as root with apt-get, the Debian packages kcat (librdkafka's
+#     command-line client, for the Kafka interop test), rabbitmq-server and
+#     nats-server, when their commands are missing;
+#   - starts RabbitMQ (rabbitmq-server -detached, 127.0.0.1:5672) and NATS
+#     with JetStream (127.0.0.1:4222, store /var/lib/nats-server, log
+#     /var/log/nats-server.log) when nothing listens on their ports;
+#   - enables RabbitMQ's rabbitmq_consistent_hash_exchange plugin (for the
+#     partitioned mode), which the broker remembers in its enabled-plugins
+#     file.
+# Nothing it cannot do stops it outside CI: the tests that need what is
+# missing say so and are skipped (in CI, with CI set, they fail).
 # Kafka itself runs in-process (kfake); the embedded NATS server needs
 # nothing installed.
 set -euo pipefail
@@ -25,7 +33,7 @@ need_pkg() { # command package
   if [ "$(id -u)" != 0 ]; then log "$2 is missing and this is not root: install it (apt-get install $2)"; return 0; fi
   if [ -z "$apt_updated" ]; then DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || true; apt_updated=1; fi
   log "installing $2"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null || log "could not install $2"
 }
 
 need_pkg kcat kcat
@@ -39,7 +47,13 @@ fi
 if command -v rabbitmq-plugins >/dev/null 2>&1 && port_open 5672; then
   if ! rabbitmq-plugins list -e -m 2>/dev/null | grep -qx rabbitmq_consistent_hash_exchange; then
     log "enabling rabbitmq_consistent_hash_exchange"
-    rabbitmq-plugins enable rabbitmq_consistent_hash_exchange >/dev/null
+    if ! rabbitmq-plugins enable rabbitmq_consistent_hash_exchange >/dev/null 2>&1; then
+      if [ -n "${CI:-}" ]; then
+        log "could not enable rabbitmq_consistent_hash_exchange; the partitioned RabbitMQ tests need it"
+        exit 1
+      fi
+      log "could not enable rabbitmq_consistent_hash_exchange (try as root: rabbitmq-plugins enable rabbitmq_consistent_hash_exchange); the partitioned RabbitMQ tests will be skipped"
+    fi
   fi
 fi
 

@@ -29,6 +29,7 @@ type benchOptions struct {
 	batch   int
 	lanes   int
 	json    bool
+	force   bool
 	timeout time.Duration
 }
 
@@ -45,7 +46,11 @@ runs the same work through the transport's own client in the same run and
 prints the ratio: the same headers, the same publish batches each waiting
 for its acks, the same consumer windows.
 
-The topic is fresh for each run unless --topic names one.`,
+The topic is fresh for each run unless --topic names one; bench refuses a
+--topic that exists (its consumer groups would receive bench's messages)
+unless --force is given. On the default URL bench runs on a temporary
+store, removed at the end; on other URLs it says what it leaves there
+(its topic and group).`,
 		Example: `  omnibus bench
   omnibus bench --count 50000 --size 1024 --json
   omnibus bench --url nats://localhost:4222 --topic bench`,
@@ -60,6 +65,7 @@ The topic is fresh for each run unless --topic names one.`,
 	f.IntVar(&o.batch, "batch", 100, "messages per publish call")
 	f.IntVar(&o.lanes, "lanes", 4, "lanes of a fresh topic")
 	f.BoolVar(&o.json, "json", false, "print one JSON object")
+	f.BoolVar(&o.force, "force", false, "publish to --topic even if it exists")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up when consuming takes longer than this")
 	return cmd
 }
@@ -83,23 +89,37 @@ type benchResult struct {
 	PublishRatio       *float64 `json:"publish_ratio,omitempty"`
 	ConsumeRatio       *float64 `json:"consume_ratio,omitempty"`
 	NoBaseline         string   `json:"no_baseline,omitempty"`
+	// Left says what bench leaves on the transport, empty when nothing.
+	Left string `json:"left,omitempty"`
 }
 
 func (a *app) bench(ctx context.Context, o benchOptions) error {
 	if o.count < 1 || o.size < 0 || o.batch < 1 || o.lanes < 1 || o.timeout <= 0 {
 		return usagef("bench: --count, --batch and --lanes must be at least 1, --size at least 0, --timeout positive")
 	}
-	c, err := a.open(ctx, o.url)
+	c, scratch, done, err := a.openScratch(ctx, o.url)
 	if err != nil {
 		return err
 	}
-	defer a.closeClient(c)
-	topic := o.topic
+	defer done()
+	run := shortID()
+	topic, group := o.topic, "omnibus-bench-"+run
 	if topic == "" {
-		topic = "omnibus-bench-" + shortID()
+		topic = "omnibus-bench-" + run
+	} else if tx, ok := c.Driver().(topicExister); ok && !o.force {
+		exists, err := tx.TopicExists(ctx, topic)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		if exists {
+			return usagef("bench: topic %q exists: its consumer groups would receive bench's %d messages; omit --topic for a fresh one, or add --force", topic, o.count)
+		}
 	}
-	res := benchResult{Transport: scheme(a.rawURL), URL: omnibus.RedactURL(a.rawURL), Topic: topic, Size: o.size, Count: o.count}
-	if err := benchOmnibus(ctx, c, topic, o, &res); err != nil {
+	res := benchResult{Transport: scheme(a.rawURL), URL: a.urlName(), Topic: topic, Size: o.size, Count: o.count}
+	if !scratch {
+		res.Left = fmt.Sprintf("topic %s (with bench's %d messages) and consumer group %s", topic, o.count, group)
+	}
+	if err := benchOmnibus(ctx, c, topic, group, o, &res); err != nil {
 		return err
 	}
 	if b, ok := baselines[res.Transport]; ok {
@@ -145,6 +165,9 @@ func printBench(a *app, r benchResult) {
 	fmt.Fprintf(a.stdout, "bench %s  topic %s  %d messages of %d bytes\n", r.URL, r.Topic, r.Count, r.Size)
 	fmt.Fprintf(a.stdout, "  omnibus  publish %10.0f msgs/s (%.1f MiB/s)  consume %10.0f msgs/s  latency p50 %.2f ms  p99 %.2f ms\n",
 		r.PublishMsgsPerS, r.PublishMiBPerS, r.ConsumeMsgsPerS, r.P50Ms, r.P99Ms)
+	if r.Left != "" {
+		defer fmt.Fprintf(a.stdout, "  left on the transport: %s\n", r.Left)
+	}
 	if r.RawPublishMsgsPerS == nil {
 		fmt.Fprintf(a.stdout, "  raw      no baseline: %s\n", r.NoBaseline)
 		return
@@ -162,7 +185,7 @@ func printBench(a *app, r benchResult) {
 
 // benchOmnibus runs the work through omnibus: a consumer group reads while
 // a producer publishes.
-func benchOmnibus(ctx context.Context, c *omnibus.Client, topic string, o benchOptions, res *benchResult) error {
+func benchOmnibus(ctx context.Context, c *omnibus.Client, topic, group string, o benchOptions, res *benchResult) error {
 	if err := c.CreateTopic(ctx, topic, o.lanes); err != nil {
 		return err
 	}
@@ -185,7 +208,7 @@ func benchOmnibus(ctx context.Context, c *omnibus.Client, topic string, o benchO
 	if c.Capabilities().Replay {
 		start = omnibus.StartEarliest // a fresh topic: nothing missed while the group forms
 	}
-	k, err := c.Subscribe(ctx, topic, handler, omnibus.StartFrom(start), omnibus.Group("omnibus-bench-"+shortID()))
+	k, err := c.Subscribe(ctx, topic, handler, omnibus.StartFrom(start), omnibus.Group(group))
 	if err != nil {
 		return err
 	}

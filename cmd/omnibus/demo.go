@@ -93,6 +93,8 @@ type demo struct {
 	topic   string
 	dlq     string
 	ordered bool
+	scratch bool   // nothing the demo makes outlives it
+	id      string // the run's, in its topic and group names
 	led     *ledger
 	start   time.Time
 
@@ -105,14 +107,14 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	c, err := a.open(ctx, o.url)
+	c, scratch, done, err := a.openScratch(ctx, o.url)
 	if err != nil {
 		return err
 	}
-	defer a.closeClient(c)
+	defer done()
 	run := shortID()
 	d := &demo{
-		o: o, c: c, url: omnibus.RedactURL(a.rawURL),
+		o: o, c: c, url: a.urlName(), scratch: scratch, id: run,
 		topic:   "demo.orders." + run,
 		ordered: c.Capabilities().Ordered,
 		led:     newLedger(),
@@ -436,6 +438,10 @@ func (d *demo) summary(a *app, lag int64) bool {
 	}
 	fmt.Fprintf(w, "%s: %d orders in %s (%.0f orders/s), %d retries, consumers 1 → %d\n",
 		verdict, d.o.orders, elapsed.Round(100*time.Millisecond), rate(processed, elapsed), d.retries.Load(), d.o.consumers)
+	if !d.scratch {
+		fmt.Fprintf(w, "left on the transport: topics %s and %s, consumer groups omnibus-demo-%s and omnibus-demo-dlq-%s\n",
+			d.topic, d.dlq, d.id, d.id)
+	}
 	return ok
 }
 

@@ -19,9 +19,10 @@ import (
 func init() { lagSources["kafka"] = kafkaLagSource }
 
 // kafkaLagSource reads a Kafka group's lag with kadm, from outside the
-// group: committed offsets, end offsets and the group's members. kafkabus
-// has no group lag reader of its own yet, so this reads plain kafka://
-// URLs only; SASL and TLS settings live in kafkabus.
+// group: committed offsets, end offsets and the group's members, which
+// tell a stalled lane from a stopped group (kafkabus's GroupLag reports
+// the lag alone). It reads plain kafka:// URLs only; SASL and TLS
+// settings live in kafkabus.
 func kafkaLagSource(_ context.Context, rawURL string) (lagSource, func(), error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {

@@ -15,19 +15,7 @@ import (
 // on every transport (as the help says), and a group whose member is
 // stuck is not OK on the first --watch report (EARLY), then STALL.
 func TestLagStatusOnEveryTransport(t *testing.T) {
-	transports := []struct {
-		name string
-		url  func(t testing.TB) (url, topic string)
-	}{
-		{"kafka", func(t testing.TB) (string, string) { return kafkaURL(t), "lagged" }},
-		{"nats", func(t testing.TB) (string, string) { u, topic, _ := natsTopic(t); return u, topic }},
-		{"nats partitioned", func(t testing.TB) (string, string) {
-			u, topic, _ := natsTopic(t)
-			return u + "?partitions=2&lease_ttl=1s&rebalance_interval=100ms", topic
-		}},
-		{"rabbitmq", func(t testing.TB) (string, string) { u, topic, _ := rabbitTopic(t); return u, topic }},
-	}
-	for _, tr := range transports {
+	for _, tr := range onEveryTransport(2) {
 		t.Run(tr.name, func(t *testing.T) {
 			raw, topic := tr.url(t)
 			ctx := ctxT(t)

@@ -95,6 +95,9 @@ func wantOneLineError(t testing.TB, r result, want, secret string) {
 	if n := strings.Count(stderr, "\n"); n != 1 || !strings.HasSuffix(stderr, "\n") {
 		t.Errorf("stderr has %d lines, want 1:\n%s", n, r.stderr)
 	}
+	if strings.Count(stderr, "omnibus: ") != 1 || strings.Contains(stderr, "::") {
+		t.Errorf("stderr = %q, want one \"omnibus: \" and no \"::\"", stderr)
+	}
 	if !strings.HasPrefix(stderr, "omnibus: ") {
 		t.Errorf("stderr = %q, want it to start with \"omnibus: \"", r.stderr)
 	}

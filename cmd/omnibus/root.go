@@ -29,6 +29,7 @@ type app struct {
 	getenv func(string) string
 
 	rawURL string // the URL the command resolved, for scrubbing errors
+	name   string // how to show the URL, when not as rawURL redacted
 }
 
 // usageError is an error in the command line itself (exit 2).
@@ -73,7 +74,8 @@ func (a *app) run(ctx context.Context, args []string) int {
 	case errors.As(err, &ue) || !started:
 		code = exitUsage
 	}
-	msg := oneLine(omnibus.Redact(err.Error(), a.rawURL))
+	// One "omnibus:" at the start, however deep the wrapping.
+	msg := strings.ReplaceAll(oneLine(omnibus.Redact(err.Error(), a.rawURL)), ": omnibus: ", ": ")
 	if code == exitUsage && !strings.Contains(msg, "--help") {
 		msg += " (see omnibus --help)"
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/omnibus-go/omnibus"
 )
 
 func TestHelpHasExamples(t *testing.T) {
@@ -91,6 +93,9 @@ func TestOpenErrorsHideCredentials(t *testing.T) {
 				r := runCmd(t, ctxT(t), nil, "", args...)
 				wantCode(t, r, exitFailed)
 				wantOneLineError(t, r, tt.want, secret)
+				if u := omnibus.RedactURL(tt.url); strings.Count(r.stderr, u) > 1 {
+					t.Errorf("stderr shows %s more than once: %s", u, r.stderr)
+				}
 				if r.took > 20*time.Second {
 					t.Errorf("took %v to fail", r.took)
 				}

@@ -86,9 +86,9 @@ func rabbitTopic(t testing.TB) (url, topic string, count held) {
 	t.Cleanup(func() {
 		if ch, err := ac.Channel(); err == nil {
 			_, _ = ch.QueueDelete(queue, false, false, false)
-			_ = ch.ExchangeDelete(topic, false, false)
 		}
 		ac.Close()
+		deleteExchange(t, url, topic)
 	})
 	return url, topic, func(t testing.TB) int {
 		ch, err := ac.Channel()
@@ -101,6 +101,40 @@ func rabbitTopic(t testing.TB) (url, topic string, count held) {
 			t.Fatal(err)
 		}
 		return q.Messages
+	}
+}
+
+// deleteExchange deletes topic's exchange from the RabbitMQ at url.
+func deleteExchange(t testing.TB, url, topic string) {
+	ac, err := amqp.Dial(url)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	defer ac.Close()
+	if ch, err := ac.Channel(); err == nil {
+		_ = ch.ExchangeDelete(topic, false, false)
+	}
+}
+
+// serverTopic names a transport and gives a URL of it and a fresh topic.
+type serverTopic struct {
+	name string
+	url  func(t testing.TB) (url, topic string)
+}
+
+// onEveryTransport are the transports of the machine's servers (and
+// kfake), each with a fresh topic; partitioned NATS with partitions
+// lanes.
+func onEveryTransport(partitions int) []serverTopic {
+	return []serverTopic{
+		{"kafka", func(t testing.TB) (string, string) { return kafkaURL(t), "t-" + shortID() }},
+		{"nats", func(t testing.TB) (string, string) { u, topic, _ := natsTopic(t); return u, topic }},
+		{"nats partitioned", func(t testing.TB) (string, string) {
+			u, topic, _ := natsTopic(t)
+			return u + "?partitions=" + strconv.Itoa(partitions) + "&lease_ttl=1s&rebalance_interval=100ms", topic
+		}},
+		{"rabbitmq", func(t testing.TB) (string, string) { u, topic, _ := rabbitTopic(t); return u, topic }},
 	}
 }
 

@@ -83,35 +83,6 @@ func TestTailBinaryBodyIsBase64(t *testing.T) {
 	}
 }
 
-// TestTailMaxLeavesTheRestUnsettled: a group that tails 4 of 10 messages
-// and then 6 more gets exactly the 10, each once: tail acknowledged only
-// what it wrote.
-func TestTailMaxLeavesTheRestUnsettled(t *testing.T) {
-	raw, _ := memURL(t, "?partitions=3")
-	r := runCmd(t, ctxT(t), nil, "", "send", "--url", raw, "--topic", "t", "--count", "10", "--size", "8", "--keys", "5")
-	wantCode(t, r, exitOK)
-	seen := map[string]int{}
-	for _, max := range []string{"4", "6"} {
-		r = runCmd(t, ctxT(t), nil, "", "tail", "--url", raw, "--topic", "t", "--group", "g", "--from", "earliest", "--max", max, "--json")
-		wantCode(t, r, exitOK)
-		ms := decodeLines(t, r.stdout)
-		if got := len(ms); got != map[string]int{"4": 4, "6": 6}[max] {
-			t.Fatalf("--max %s printed %d messages", max, got)
-		}
-		for _, m := range ms {
-			seen[m.ID]++
-		}
-	}
-	if len(seen) != 10 {
-		t.Errorf("saw %d distinct messages over both runs, want 10: %v", len(seen), seen)
-	}
-	for id, n := range seen {
-		if n != 1 {
-			t.Errorf("message %s printed %d times", id, n)
-		}
-	}
-}
-
 func TestTailStopsOnInterrupt(t *testing.T) {
 	raw, _ := memURL(t, "")
 	ctx, cancel := context.WithCancel(ctxT(t))

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/driver"
 	"github.com/spf13/cobra"
 )
 
@@ -38,8 +39,12 @@ after it is written. Without --group it reads as a throwaway consumer
 group, so it takes nothing away from the topic's real consumers; with
 --group it is one more member of that group.
 
-It stops after --max messages or on Ctrl-C, cleanly: messages it has not
-written are left unsettled, for the transport to deliver again.
+It stops after --max messages or on Ctrl-C, cleanly: it acknowledges
+what it wrote, and hands what it received but did not write back to the
+transport unacknowledged, for the group to read again at once (on NATS
+without partitions, some only after the group's ack_wait). On a topic
+that does not exist yet it says so, and waits for the topic's first
+message.
 
 --json prints one object per line with the fields id, key, type, source,
 time, headers, body, topic, lane and position; a body that is not valid
@@ -141,26 +146,31 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 	defer a.closeClient(c)
 	a.noteProcessLocal()
 
+	if tx, ok := c.Driver().(topicExister); ok {
+		if exists, err := tx.TopicExists(ctx, o.topic); err == nil && !exists {
+			fmt.Fprintf(a.stderr, "omnibus: note: topic %q does not exist yet (misspelt?): tail creates it and waits for its first message\n", o.topic)
+		}
+	}
+
 	// stop is closed once when tail must end: --max reached, a write
 	// failed, or Ctrl-C. A handler that gets a message it may not write
-	// (past --max, or after a failed write) holds it until Shutdown gives
-	// up on it, so it is released to the transport, never acknowledged.
+	// (past --max, or after a failed write) holds it until the consumer
+	// closes, which hands it back to the transport unacknowledged.
 	var (
 		mu        sync.Mutex
 		written   int
 		writeErr  error
 		stop      = make(chan struct{})
 		stopOnce  sync.Once
-		held      atomic.Int64 // handlers holding a message they may not write
-		processed atomic.Int64 // written messages whose settlement began
+		processed atomic.Int64 // written messages settled
+		acked     atomic.Int64 // messages acknowledged (brokers)
 	)
 	halt := func() { stopOnce.Do(func() { close(stop) }) }
 	handler := func(hctx context.Context, m *omnibus.Message) error {
 		mu.Lock()
 		if (o.max > 0 && written >= o.max) || writeErr != nil {
 			mu.Unlock()
-			held.Add(1)
-			<-hctx.Done() // cancelled when Shutdown gives up on it
+			<-hctx.Done() // cancelled when the consumer closes
 			return errTailStopped
 		}
 		var out []byte
@@ -174,7 +184,6 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 			writeErr = fmt.Errorf("tail: write: %w", err)
 			mu.Unlock()
 			halt()
-			held.Add(1)
 			<-hctx.Done()
 			return errTailStopped
 		}
@@ -186,8 +195,11 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 		return nil
 	}
 	observe := func(e omnibus.Event) {
-		if e.Kind == omnibus.EventProcessed {
+		switch {
+		case e.Kind == omnibus.EventProcessed:
 			processed.Add(1)
+		case e.Kind == omnibus.EventAcked:
+			acked.Add(int64(e.Count))
 		}
 	}
 
@@ -195,8 +207,12 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 	if c.Capabilities().Ordered {
 		ordering = omnibus.OrderLane // print each lane in order
 	}
+	window := 64
+	if o.max > 0 {
+		window = min(window, o.max) // fetch little beyond --max
+	}
 	opts := []omnibus.SubscribeOption{omnibus.StartFrom(start), omnibus.Order(ordering),
-		omnibus.MaxInFlight(64), omnibus.DrainTimeout(5 * time.Second),
+		omnibus.MaxInFlight(window), omnibus.DrainTimeout(5 * time.Second),
 		// tail only reads: it must never dead-letter what it did not write.
 		omnibus.MaxAttempts(math.MaxInt32), omnibus.Observe(observe)}
 	if o.group != "" {
@@ -207,7 +223,7 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 		return err
 	}
 	runErr := make(chan error, 1)
-	go func() { runErr <- k.Run(context.WithoutCancel(ctx)) }() // ended by Shutdown below
+	go func() { runErr <- k.Run(context.WithoutCancel(ctx)) }() // ended by Close below
 	select {
 	case <-ctx.Done():
 	case <-stop:
@@ -215,35 +231,27 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 		return err
 	}
 	halt()
-	// Shutdown drains what was received. Messages held unwritten would
-	// keep it waiting: once every written message has begun settling, give
-	// their settlement a moment, then end the drain, which releases them.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	watchDone := make(chan struct{})
-	defer close(watchDone)
-	go func() { // ended by watchDone or by cancelling the drain
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-watchDone:
-				return
-			case <-tick.C:
-			}
-			mu.Lock()
-			settling := processed.Load() >= int64(written)
-			mu.Unlock()
-			if held.Load() > 0 && settling {
-				time.Sleep(50 * time.Millisecond)
-				cancel()
-				return
-			}
-		}
-	}()
+	// Settle what was written, then hand back the rest: wait until every
+	// written message is settled (on brokers, acknowledged), then stop
+	// the consumer at once. Its last flush commits a log's settled
+	// positions; the handlers holding unwritten messages return, and
+	// those go back to the transport unacknowledged.
+	mu.Lock()
+	n := int64(written)
+	mu.Unlock()
+	settledCount := &processed
+	if c.Capabilities().Lag != driver.LagRecords {
+		settledCount = &acked
+	}
+	for deadline := time.Now().Add(10 * time.Second); settledCount.Load() < n && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // the engine records a settlement just after announcing it
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cancel()
 	serr := k.Shutdown(sctx)
-	if rerr := <-runErr; rerr != nil {
-		return rerr
+	if err := <-runErr; err != nil {
+		return err
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -17,7 +17,10 @@ import (
 // omnibus processes running at the same time, with topics of 4 partitions
 // by default (natsbus's partitioned mode), so consumers get ordered lanes
 // and per-key order. It is the only place that names the default.
-var embeddedURL = natsbus.DefaultURL + "?partitions=4"
+var embeddedURL = natsbus.DefaultURL + "?" + defaultParams
+
+// defaultParams are the default URL's parameters.
+const defaultParams = "partitions=4"
 
 // defaultURL returns the URL of the embedded default transport.
 func defaultURL() string { return embeddedURL }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/testenv"
 )
 
@@ -43,6 +46,22 @@ const (
 	startNATS   = "start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server"
 	startRabbit = "rabbitmq-server -detached"
 )
+
+// requireHashPlugin returns raw, a partitioned RabbitMQ URL, when the
+// server has the consistent-hash exchange plugin enabled; otherwise the
+// test fails in CI and is skipped elsewhere, saying how to enable it.
+func requireHashPlugin(t testing.TB, raw string) string {
+	t.Helper()
+	c, err := omnibus.Open(ctxT(t), raw)
+	if errors.Is(err, omnibus.ErrUnsupported) {
+		testenv.SkipOrFail(t, "missing plugin", fmt.Sprintf("partitioned mode needs RabbitMQ's consistent-hash exchange (%v); enable it with: %s", err, testenv.EnableHashPlugin))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	return raw
+}
 
 // cleanNATS deletes, at cleanup, the streams the demo made on the shared
 // server (its topics and their lease buckets).
@@ -122,7 +141,7 @@ func TestDemoOnEveryTransport(t *testing.T) {
 		}, true},
 		{"rabbitmq partitioned", func(t testing.TB) string {
 			cleanRabbit(t)
-			return serverURL(t, "amqp://guest:guest@127.0.0.1:5672/?partitions=4", "127.0.0.1:5672", startRabbit)
+			return requireHashPlugin(t, serverURL(t, "amqp://guest:guest@127.0.0.1:5672/?partitions=4", "127.0.0.1:5672", startRabbit))
 		}, true},
 	}
 	for _, tt := range tests {

@@ -36,7 +36,8 @@ func URL(raw string) string {
 // Text returns s with rawURL's credentials hidden wherever they appear:
 // rawURL itself becomes URL(rawURL), then every remaining occurrence of
 // a secret (the password, or a user info without one), as written in
-// rawURL, decoded, or escaped, becomes Mask. Client libraries that quote
+// rawURL, decoded, or escaped, becomes Mask (a secret shorter than 6
+// bytes only where it is not part of a longer word). Client libraries that quote
 // a URL or a password in their errors are made safe with it.
 func Text(s, rawURL string) string {
 	if rawURL == "" || s == "" {
@@ -46,9 +47,44 @@ func Text(s, rawURL string) string {
 		s = strings.ReplaceAll(s, rawURL, URL(rawURL))
 	}
 	for _, secret := range Secrets(rawURL) {
-		s = strings.ReplaceAll(s, secret, Mask)
+		s = replaceSecret(s, secret)
 	}
 	return s
+}
+
+// shortSecret is the length under which a secret is hidden only where it
+// stands alone, not inside a longer word: a password "p" must not turn
+// "open" into "oxxxxxen".
+const shortSecret = 6
+
+// replaceSecret replaces the occurrences of secret in s by Mask: all of
+// them, or, for a short secret, those not inside a longer word.
+func replaceSecret(s, secret string) string {
+	if len(secret) >= shortSecret {
+		return strings.ReplaceAll(s, secret, Mask)
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(s, secret)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		end := i + len(secret)
+		inWord := i > 0 && isWordByte(s[i-1]) && isWordByte(secret[0]) ||
+			end < len(s) && isWordByte(s[end]) && isWordByte(secret[len(secret)-1])
+		b.WriteString(s[:i])
+		if inWord {
+			b.WriteString(secret)
+		} else {
+			b.WriteString(Mask)
+		}
+		s = s[end:]
+	}
+}
+
+func isWordByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c >= 0x80
 }
 
 // Secrets returns the forms in which rawURL's secret could appear in a

@@ -23,12 +23,24 @@ func Require(t testing.TB, name, addr, howToStart string) {
 		_ = conn.Close()
 		return
 	}
-	msg := name + " is not reachable at " + addr + " (" + err.Error() + "); start it with: " + howToStart + " (or run scripts/test.sh, which starts it)"
+	SkipOrFail(t, "missing server", name+" is not reachable at "+addr+" ("+err.Error()+"); start it with: "+howToStart+" (or run scripts/test.sh, which starts it)")
+}
+
+// SkipOrFail ends a test that cannot run here because of what (a missing
+// server, a plugin that is not enabled): it fails in CI and is skipped
+// elsewhere, saying why and what to do.
+func SkipOrFail(t testing.TB, what, msg string) {
+	t.Helper()
 	if InCI() {
 		t.Fatal(msg)
+		return
 	}
-	t.Skip("SKIP (missing server): " + msg)
+	t.Skip("SKIP (" + what + "): " + msg)
 }
+
+// EnableHashPlugin is how to enable the RabbitMQ plugin that the
+// transport's partitioned mode needs.
+const EnableHashPlugin = "rabbitmq-plugins enable rabbitmq_consistent_hash_exchange"
 
 // Getenv returns the environment variable key, or def when it is unset.
 func Getenv(key, def string) string {
