@@ -41,6 +41,9 @@ type Message struct {
 	Source string
 	// Time is when the message was created. Publish fills it when zero.
 	Time time.Time
+	// ContentType is the media type of Body ("application/json"), the
+	// CloudEvents datacontenttype; empty when not said.
+	ContentType string
 	// Headers are free-form string pairs carried with the message.
 	Headers map[string]string
 	// Body is the payload, any bytes.
@@ -81,12 +84,12 @@ func toDriver(m *Message, now time.Time) driver.Message {
 	if m.Time.IsZero() {
 		m.Time = now
 	}
-	return driver.Message{ID: m.ID, Key: m.Key, Type: m.Type, Source: m.Source, Time: m.Time, Headers: m.Headers, Body: m.Body}
+	return driver.Message{ID: m.ID, Key: m.Key, Type: m.Type, Source: m.Source, Time: m.Time, ContentType: m.ContentType, Headers: m.Headers, Body: m.Body}
 }
 
 func fromDelivery(m *Message, topic string, d *driver.Delivery) {
 	*m = Message{
-		ID: d.ID, Key: d.Key, Type: d.Type, Source: d.Source, Time: d.Time, Headers: d.Headers, Body: d.Body,
+		ID: d.ID, Key: d.Key, Type: d.Type, Source: d.Source, Time: d.Time, ContentType: d.ContentType, Headers: d.Headers, Body: d.Body,
 		Topic: topic, Lane: d.Lane, Position: d.Position,
 	}
 }
