@@ -117,7 +117,7 @@ func (b *Binding) Encode(m *Message, set func(name, value string)) {
 // ContentType unless it is set, and any other header goes to Headers as
 // it is unless an attribute of that name is there. An attribute whose
 // name is not one (ce_trace-id) is dropped: no CloudEvents producer can
-// have meant it. A time that does not parse leaves Time zero.
+// have meant it. A time that does not parse is ignored.
 func (b *Binding) Decode(m *Message, name, value string) {
 	attr, ok := b.attribute(name)
 	if !ok {
@@ -141,7 +141,9 @@ func (b *Binding) Decode(m *Message, name, value string) {
 	case attrNames[attrSource]:
 		m.Source = value
 	case attrNames[attrTime]:
-		m.Time, _ = time.Parse(time.RFC3339Nano, value)
+		if t, err := time.Parse(time.RFC3339Nano, value); err == nil {
+			m.Time = t
+		}
 	case attrNames[attrDataContentType]:
 		m.ContentType = value
 	case attrNames[attrPartitionKey]:

@@ -16,6 +16,7 @@ import (
 
 	ce_jetstream "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
 	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"github.com/nats-io/nats.go"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/cetest"
@@ -145,4 +146,30 @@ func receiveOne(ctx context.Context, t *testing.T, c *omnibus.Client, topic stri
 	mu.Lock()
 	defer mu.Unlock()
 	return got
+}
+
+// TestOldSpelling: messages omnibus wrote before it followed the NATS
+// binding (Ce-Id, Ce-Type, ...) still decode, and a Content-Type header of
+// another producer is the content type.
+func TestOldSpelling(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u := natsbus.EmbeddedURL(t.TempDir())
+	c := open(t, u)
+	topic := newTopic(ctx, t, c, u, 1)
+	js := rawJetStream(t, u)
+	when := time.Date(2025, 1, 2, 3, 4, 5, 6789, time.UTC)
+	_, err := js.PublishMsg(ctx, &nats.Msg{Subject: topic, Data: []byte("old"), Header: nats.Header{
+		"Ce-Id": {"old-1"}, "Nats-Msg-Id": {"old-1"}, "Ce-Specversion": {"1.0"}, "Ce-Type": {"order.created"},
+		"Ce-Source": {"/shop"}, "Ce-Time": {when.Format(time.RFC3339Nano)}, "Ce-Partitionkey": {"k"},
+		"traceparent": {"00-abc-def-01"}, "Content-Type": {"text/plain"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := receiveOne(ctx, t, c, topic)
+	if got.ID != "old-1" || got.Type != "order.created" || got.Source != "/shop" || !got.Time.Equal(when) || got.Key != "k" ||
+		got.ContentType != "text/plain" || string(got.Body) != "old" || len(got.Headers) != 1 || got.Headers["traceparent"] != "00-abc-def-01" {
+		t.Errorf("delivered %+v", got)
+	}
 }
