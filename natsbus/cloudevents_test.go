@@ -173,3 +173,17 @@ func TestOldSpelling(t *testing.T) {
 		t.Errorf("delivered %+v", got)
 	}
 }
+
+// TestServerHeaderRefused: the server acts on Nats-* headers (Nats-Rollup
+// purges a subject), so a user header named so is refused.
+func TestServerHeaderRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u := natsbus.EmbeddedURL(t.TempDir())
+	c := open(t, u)
+	topic := newTopic(ctx, t, c, u, 1)
+	err := c.Publish(ctx, topic, &omnibus.Message{Headers: map[string]string{"Nats-Rollup": "sub"}})
+	if !errors.Is(err, omnibus.ErrInvalid) {
+		t.Errorf("Publish with a Nats-Rollup header: %v; want ErrInvalid", err)
+	}
+}

@@ -130,3 +130,13 @@ func TestCloudEventsAMQPBinding(t *testing.T) {
 		}
 	})
 }
+
+// TestDecodeNativeTime: the binding lets cloudEvents:time be a native
+// AMQP timestamp (seconds in 0-9-1) as well as a string.
+func TestDecodeNativeTime(t *testing.T) {
+	when := time.Date(2026, 12, 2, 10, 11, 12, 0, time.UTC)
+	m, _ := decode(&amqp.Delivery{Headers: amqp.Table{"cloudEvents:id": "x", "cloudEvents:time": when}}, false)
+	if !m.Time.Equal(when) || m.ID != "x" {
+		t.Errorf("decoded id %q time %v; want x, %v", m.ID, m.Time, when)
+	}
+}
