@@ -5,12 +5,15 @@ package cetest
 
 import (
 	"bytes"
+	"context"
+	"sync"
 	"testing"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // Message returns a message with every field a CloudEvent has, an
@@ -96,4 +99,87 @@ func CheckDelivered(t testing.TB, got, want *omnibus.Message) {
 	if got.Headers["tenant"] != "acme" || got.Headers["subject"] != want.Headers["subject"] || len(got.Headers) != 2 {
 		t.Errorf("omnibus delivered headers %v; want exactly tenant=acme and subject=%s", got.Headers, want.Headers["subject"])
 	}
+}
+
+// Receive runs an SDK client on the receiving protocol p until it has
+// received an event, and returns that event; it fails the test after
+// timeout.
+func Receive(t testing.TB, p any, timeout time.Duration) cloudevents.Event {
+	t.Helper()
+	client, err := cloudevents.NewClient(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	events := make(chan cloudevents.Event, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- client.StartReceiver(ctx, func(e cloudevents.Event) {
+			select {
+			case events <- e:
+			default:
+			}
+		})
+	}()
+	var e cloudevents.Event
+	select {
+	case e = <-events:
+	case err := <-done:
+		t.Fatalf("SDK receiver ended before an event: %v", err)
+	case <-ctx.Done():
+		t.Fatalf("SDK received no event in %v (a message it cannot decode is dropped with a log line)", timeout)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("SDK receiver: %v", err)
+	}
+	return e
+}
+
+// Send sends Event(m) with an SDK client on the sending protocol p.
+func Send(ctx context.Context, t testing.TB, p any, m *omnibus.Message) {
+	t.Helper()
+	client, err := cloudevents.NewClient(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := client.Send(ctx, Event(t, m)); !cloudevents.IsACK(res) {
+		t.Fatalf("SDK send: %v", res)
+	}
+}
+
+// Deliver subscribes c to topic from its start and returns the first
+// message delivered, stopping the consumer before it returns.
+func Deliver(ctx context.Context, t testing.TB, c *omnibus.Client, topic string) *omnibus.Message {
+	t.Helper()
+	var mu sync.Mutex
+	var got *omnibus.Message
+	k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if got == nil {
+			cp := *m
+			cp.Body = bytes.Clone(m.Body)
+			got = &cp
+		}
+		return nil
+	}, omnibus.StartFrom(omnibus.StartEarliest))
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- k.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	transporttest.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return got != nil },
+		func() string { return "omnibus received nothing" })
+	mu.Lock()
+	defer mu.Unlock()
+	return got
 }
