@@ -41,6 +41,8 @@ import (
 // (content-type, and names starting with ce_, ce- or cloudEvents:) are
 // refused by Publish.
 //
+// omnibus writes binary content mode and reads structured mode too (the
+// JSON event as the body, content type application/cloudevents+json).
 // Time travels as RFC 3339 with nanoseconds, so it survives transports
 // whose native timestamps are in seconds. A message without Type or
 // Source is not a valid CloudEvent; CloudEvents readers may refuse it.

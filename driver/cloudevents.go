@@ -1,6 +1,9 @@
 package driver
 
 import (
+	"encoding/json"
+	"fmt"
+	"maps"
 	"strings"
 	"time"
 )
@@ -132,6 +135,13 @@ func (b *Binding) Decode(m *Message, name, value string) {
 		}
 		return
 	}
+	setAttribute(m, attr, value)
+}
+
+// setAttribute sets what the attribute attr (a lowercase name) carries in
+// m: a field, or the header of its name. A name that is no attribute name
+// is dropped.
+func setAttribute(m *Message, attr, value string) {
 	switch attr {
 	case attrNames[attrSpecVersion]:
 	case attrNames[attrID]:
@@ -224,4 +234,78 @@ func ReservedHeader(name string) bool {
 		}
 	}
 	return false
+}
+
+// Structured reports whether contentType is the CloudEvents JSON event
+// format (application/cloudevents+json, in any case, with any
+// parameters): a message of that type is in structured content mode.
+func Structured(contentType string) bool {
+	const jsonFormat = "application/cloudevents+json"
+	return len(contentType) >= len(jsonFormat) && strings.EqualFold(contentType[:len(jsonFormat)], jsonFormat) &&
+		(len(contentType) == len(jsonFormat) || contentType[len(jsonFormat)] == ';' || contentType[len(jsonFormat)] == ' ')
+}
+
+// DecodeStructured takes the CloudEvent in m.Body, in the JSON event
+// format (structured content mode), into m: its attributes set the fields
+// and Headers as [Binding.Decode] does, and data (or data_base64) becomes
+// the Body. A JSON string as data is the string's text unless the content
+// type is JSON; data without datacontenttype is application/json, as the
+// format says. When the body is no CloudEvent of specversion 1.0, m is
+// left as it is and the error says why.
+func DecodeStructured(m *Message) error {
+	var ev map[string]json.RawMessage
+	if err := json.Unmarshal(m.Body, &ev); err != nil {
+		return fmt.Errorf("structured CloudEvent: %w", err)
+	}
+	var version string
+	if err := json.Unmarshal(ev["specversion"], &version); err != nil || version != SpecVersion {
+		return fmt.Errorf("structured CloudEvent: specversion %s, want %q", ev["specversion"], SpecVersion)
+	}
+	out := *m
+	out.Headers = maps.Clone(m.Headers)
+	out.ContentType, out.Body = "", nil
+	data, hasData := ev["data"]
+	for k, raw := range ev {
+		if k == "data" || k == "data_base64" {
+			continue
+		}
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return fmt.Errorf("structured CloudEvent: %s: %w", k, err)
+		}
+		switch x := v.(type) {
+		case string:
+			setAttribute(&out, k, x)
+		case bool, float64:
+			setAttribute(&out, k, string(raw)) // the canonical form of booleans and integers
+		}
+	}
+	switch {
+	case ev["data_base64"] != nil:
+		var b []byte // encoding/json decodes base64 into []byte
+		if err := json.Unmarshal(ev["data_base64"], &b); err != nil {
+			return fmt.Errorf("structured CloudEvent: data_base64: %w", err)
+		}
+		out.Body = b
+	case hasData:
+		if out.ContentType == "" {
+			out.ContentType = "application/json"
+		}
+		var s string
+		if !jsonType(out.ContentType) && json.Unmarshal(data, &s) == nil {
+			out.Body = []byte(s)
+		} else {
+			out.Body = []byte(data)
+		}
+	}
+	*m = out
+	return nil
+}
+
+// jsonType reports whether a media type is JSON (application/json or a
+// +json suffix).
+func jsonType(contentType string) bool {
+	mt, _, _ := strings.Cut(strings.ToLower(contentType), ";")
+	mt = strings.TrimSpace(mt)
+	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }

@@ -76,3 +76,47 @@ func TestReservedHeader(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeStructured(t *testing.T) {
+	when := time.Date(2026, 12, 2, 10, 11, 12, 123456789, time.UTC)
+	for _, tt := range []struct {
+		name, body  string
+		contentType string // of the delivered message
+		body2       string // its Body
+		headers     map[string]string
+	}{
+		{"json data", `{"specversion":"1.0","id":"1","type":"t","source":"/s","time":"2026-12-02T10:11:12.123456789Z",` +
+			`"partitionkey":"k","tenant":"acme","n":7,"ok":true,"obj":{"a":1},"data":{"total": 42}}`,
+			"application/json", `{"total": 42}`, map[string]string{"tenant": "acme", "n": "7", "ok": "true", "keep": "x"}},
+		{"text data", `{"specversion":"1.0","id":"1","type":"t","source":"/s","time":"2026-12-02T10:11:12.123456789Z",` +
+			`"partitionkey":"k","datacontenttype":"text/plain","data":"hello"}`, "text/plain", "hello", map[string]string{"keep": "x"}},
+		{"base64 data", `{"specversion":"1.0","id":"1","type":"t","source":"/s","time":"2026-12-02T10:11:12.123456789Z",` +
+			`"partitionkey":"k","datacontenttype":"application/octet-stream","data_base64":"AAH/"}`, "application/octet-stream", "\x00\x01\xff", map[string]string{"keep": "x"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := driver.Message{ContentType: "application/cloudevents+json; charset=utf-8", Headers: map[string]string{"keep": "x"}, Body: []byte(tt.body)}
+			if !driver.Structured(m.ContentType) {
+				t.Fatalf("Structured(%q) = false", m.ContentType)
+			}
+			if err := driver.DecodeStructured(&m); err != nil {
+				t.Fatal(err)
+			}
+			if m.ID != "1" || m.Type != "t" || m.Source != "/s" || m.Key != "k" || !m.Time.Equal(when) ||
+				m.ContentType != tt.contentType || string(m.Body) != tt.body2 || !maps.Equal(m.Headers, tt.headers) {
+				t.Errorf("decoded %+v\nwant content type %q body %q headers %v", m, tt.contentType, tt.body2, tt.headers)
+			}
+		})
+	}
+	for _, body := range []string{`not json`, `{"specversion":"0.3","id":"1"}`, `{"id":"1"}`, `{"specversion":"1.0","data_base64":"%%"}`} {
+		m := driver.Message{ContentType: "application/cloudevents+json", Body: []byte(body)}
+		if err := driver.DecodeStructured(&m); err == nil || string(m.Body) != body || m.ContentType != "application/cloudevents+json" {
+			t.Errorf("%s: err %v, message %+v; want an error and the message as it was", body, err, m)
+		}
+	}
+	for ct, want := range map[string]bool{"application/cloudevents+json": true, "Application/CloudEvents+JSON;charset=utf-8": true,
+		"application/cloudevents-batch+json": false, "application/cloudevents+jsonx": false, "application/json": false} {
+		if got := driver.Structured(ct); got != want {
+			t.Errorf("Structured(%q) = %v, want %v", ct, got, want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 	kafka_sarama "github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/omnibus-go/omnibus/internal/cetest"
@@ -28,7 +29,7 @@ func saramaConfig() *sarama.Config {
 }
 
 func TestCloudEventsSDK(t *testing.T) {
-	cluster := newCluster(t, kfake.SeedTopics(4, "to-sdk", "from-sdk"))
+	cluster := newCluster(t, kfake.SeedTopics(4, "to-sdk", "from-sdk", "from-sdk-structured"))
 	brokers := cluster.ListenAddrs()
 	c := open(t, clusterURL(cluster, ""))
 
@@ -54,5 +55,16 @@ func TestCloudEventsSDK(t *testing.T) {
 		defer func() { _ = sender.Close(context.Background()) }()
 		cetest.Send(ctxT(t), t, sender, want)
 		cetest.CheckDelivered(t, cetest.Deliver(ctxT(t), t, c, "from-sdk"), want)
+	})
+
+	t.Run("omnibus reads SDK structured", func(t *testing.T) {
+		want := cetest.Message()
+		sender, err := kafka_sarama.NewSender(brokers, saramaConfig(), "from-sdk-structured")
+		if err != nil {
+			t.Fatalf("SDK sender: %v", err)
+		}
+		defer func() { _ = sender.Close(context.Background()) }()
+		cetest.Send(binding.WithForceStructured(ctxT(t)), t, sender, want)
+		cetest.CheckDelivered(t, cetest.Deliver(ctxT(t), t, c, "from-sdk-structured"), want)
 	})
 }

@@ -97,7 +97,10 @@
 // message was written: a dead letter of an old message is not expired at
 // once. A record without ce_id (from another client) gets the ID
 // "<topic>/<partition>/<offset>", which stays the same on redelivery; one
-// without ce_time gets the record timestamp as its Time.
+// without ce_time gets the record timestamp as its Time. A record whose
+// content-type is application/cloudevents+json is in structured content
+// mode: its fields come from the JSON event in the value (the SDK sends
+// so when asked for structured mode).
 //
 // Keys pick partitions with Kafka's default partitioner (murmur2 of the
 // key, as the Java client), so omnibus and Java producers put a key on

@@ -139,6 +139,9 @@ func delivery(r *kgo.Record) *driver.Delivery {
 	for _, h := range r.Headers {
 		driver.KafkaBinding.Decode(&d.Message, h.Key, string(h.Value))
 	}
+	if driver.Structured(d.ContentType) {
+		_ = driver.DecodeStructured(&d.Message) // one that is no CloudEvent stays as it came
+	}
 	if len(r.Key) > 0 {
 		d.Key = string(r.Key) // the record key wins over ce_partitionkey
 	}

@@ -1,7 +1,7 @@
 package natsbus_test
 
 // Interoperability with the CloudEvents SDK for Go (its JetStream
-// binding), both ways, on the embedded server and the machine's, on plain
+// binding both ways, its core NATS binding's structured mode one way), on the embedded server and the machine's, on plain
 // and partitioned topics. The SDK is a test dependency only.
 
 import (
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	ce_nats "github.com/cloudevents/sdk-go/protocol/nats/v2"
 	ce_jetstream "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
 	"github.com/nats-io/nats.go"
 
@@ -67,6 +68,19 @@ func TestCloudEventsSDK(t *testing.T) {
 					topic := newTopic(ctx, t, c, base, max(parts, 1))
 					want := cetest.Message()
 					sender, err := ce_jetstream.NewSenderFromConn(nc, natsbus.StreamName(topic), subject(topic), nil)
+					if err != nil {
+						t.Fatalf("SDK sender: %v", err)
+					}
+					cetest.Send(ctx, t, sender, want)
+					cetest.CheckDelivered(t, cetest.Deliver(ctx, t, c, topic), want)
+				})
+
+				// The SDK's core NATS binding speaks structured mode only:
+				// the JSON event as the payload, no headers.
+				t.Run("omnibus reads SDK core NATS", func(t *testing.T) {
+					topic := newTopic(ctx, t, c, base, max(parts, 1))
+					want := cetest.Message()
+					sender, err := ce_nats.NewSenderFromConn(nc, subject(topic))
 					if err != nil {
 						t.Fatalf("SDK sender: %v", err)
 					}

@@ -271,10 +271,13 @@
 // current draft asks, because the CloudEvents SDK for Go does not decode
 // that. A message without ce-id takes Nats-Msg-Id as its ID.
 //
-// The SDK's core NATS binding (protocol/nats) speaks structured mode only
-// (the JSON event as the payload, no headers): it cannot read these
-// messages, and omnibus delivers what it sends as a message whose Body is
-// the JSON event.
+// A message in structured content mode (a Content-Type of
+// application/cloudevents+json, or, as the binding's first version had
+// every message, no header at all and a CloudEvent as the payload) is
+// decoded from the JSON event in its payload; that is what the SDK's core
+// NATS binding (protocol/nats) sends. That binding reads structured mode
+// only, so it cannot read omnibus's messages, which are in binary mode;
+// the SDK's JetStream binding reads both.
 //
 // # Delivery semantics
 //

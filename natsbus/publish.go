@@ -71,9 +71,13 @@ func toMsg(subject string, m *driver.Message) (*nats.Msg, error) {
 }
 
 // fromMsg fills d's message from a NATS message. The server's headers are
-// left out; Nats-Msg-Id is the ID of a message without ce-id.
+// left out; Nats-Msg-Id is the ID of a message without ce-id. A message
+// in structured content mode (its Content-Type says so, or, as the
+// binding's first version had every message, it has no header and its
+// payload is a CloudEvent) is decoded from its payload.
 func fromMsg(d *driver.Message, h nats.Header, data []byte) {
 	d.Body = data
+	headers := false
 	for k, vs := range h {
 		switch {
 		case len(vs) == 0:
@@ -83,8 +87,12 @@ func fromMsg(d *driver.Message, h nats.Header, data []byte) {
 			}
 		case serverHeader(k):
 		default:
+			headers = true
 			driver.NATSBinding.Decode(d, k, vs[0])
 		}
+	}
+	if driver.Structured(d.ContentType) || !headers && len(data) > 0 && data[0] == '{' {
+		_ = driver.DecodeStructured(d) // one that is no CloudEvent stays as it came
 	}
 }
 

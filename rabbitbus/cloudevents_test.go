@@ -140,3 +140,14 @@ func TestDecodeNativeTime(t *testing.T) {
 		t.Errorf("decoded id %q time %v; want x, %v", m.ID, m.Time, when)
 	}
 }
+
+// TestDecodeStructured: a message whose content-type is the CloudEvents
+// JSON format carries the event in its body (structured content mode).
+func TestDecodeStructured(t *testing.T) {
+	m, _ := decode(&amqp.Delivery{RoutingKey: "k", ContentType: "application/cloudevents+json", Body: []byte(
+		`{"specversion":"1.0","id":"s-1","type":"t","source":"/s","tenant":"acme","datacontenttype":"text/plain","data":"hi"}`)}, false)
+	if m.ID != "s-1" || m.Type != "t" || m.Source != "/s" || m.Key != "k" || m.ContentType != "text/plain" ||
+		string(m.Body) != "hi" || len(m.Headers) != 1 || m.Headers["tenant"] != "acme" {
+		t.Errorf("decoded %+v", m)
+	}
+}

@@ -107,7 +107,9 @@
 // field above (an extension of any producer, cloudEvents:subject) is
 // delivered as the header of its name without the prefix ("tenant"); a
 // native AMQP timestamp in cloudEvents:time is read as well as the
-// string. A keyless message is routed by its ID and marked
+// string. A message whose content-type is application/cloudevents+json
+// is in structured content mode: its fields come from the JSON event in
+// the body. A keyless message is routed by its ID and marked
 // omnibus-keyless, so partitioned topics spread keyless messages;
 // delivery-mode is 2 (persistent) unless durability is none. Received x-*
 // headers (x-death, x-delivery-count) and non-scalar application

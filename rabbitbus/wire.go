@@ -100,6 +100,9 @@ func decode(d *amqp.Delivery, quorum bool) (driver.Message, int) {
 			driver.AMQPBinding.Decode(&m, k, s)
 		}
 	}
+	if driver.Structured(m.ContentType) {
+		_ = driver.DecodeStructured(&m) // one that is no CloudEvent stays as it came
+	}
 	if v, ok := d.Headers[hdrKey]; ok {
 		if _, keyless := d.Headers[hdrKeyless]; !keyless {
 			m.Key = str(v)
