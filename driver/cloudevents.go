@@ -8,9 +8,17 @@ import (
 	"time"
 )
 
-// CloudEvents binary content mode, the same on every transport with
-// headers; only the spelling differs, after each CloudEvents protocol
-// binding ([Binding]):
+// SpecVersion is the CloudEvents version the transports write.
+const SpecVersion = "1.0"
+
+// headerContentType is the header that carries the content type in the
+// Kafka binding, and that other producers use on NATS.
+const headerContentType = "content-type"
+
+// Binding is one CloudEvents protocol binding's spelling of binary content
+// mode: the prefix of its attribute headers and where the content type
+// goes. The mapping is the same on every transport with headers; only the
+// spelling differs:
 //
 //   - ID, Type, Source, Time and ContentType are the attributes id, type,
 //     source, time (RFC 3339 with nanoseconds) and datacontenttype;
@@ -28,18 +36,8 @@ import (
 //
 // Header names that a binding uses for itself (see [ReservedHeader]) are
 // refused on publish, so every header a client publishes arrives under
-// the name it was given.
-
-// SpecVersion is the CloudEvents version the transports write.
-const SpecVersion = "1.0"
-
-// headerContentType is the header that carries the content type in the
-// Kafka binding, and that other producers use on NATS.
-const headerContentType = "content-type"
-
-// Binding is one CloudEvents protocol binding's spelling of binary content
-// mode: the prefix of its attribute headers and where the content type
-// goes.
+// the name it was given. Messages in structured content mode are read
+// with [DecodeStructured].
 type Binding struct {
 	prefixes    []string // the first is written; all are read, in any case
 	contentType string   // the header ContentType is written to; "" when the transport has a field for it
