@@ -190,6 +190,25 @@ func TestClosed(t *testing.T) {
 	}
 }
 
+// TestBindingHeaders: a header a CloudEvents binding owns would arrive as
+// something else, or make CloudEvents readers refuse the message; Publish
+// refuses it, whatever the transport.
+func TestBindingHeaders(t *testing.T) {
+	c := openMem(t)
+	defer c.Close()
+	for _, name := range []string{"content-type", "Content-Type", "ce_tenant", "ce-id", "Ce-Type", "cloudEvents:id", "cloudEvents_x"} {
+		ok := &omnibus.Message{Headers: map[string]string{"tenant": "acme"}}
+		bad := &omnibus.Message{Headers: map[string]string{name: "x"}}
+		err := c.Publish(context.Background(), "t", ok, bad)
+		if !errors.Is(err, omnibus.ErrInvalid) || !strings.Contains(err.Error(), name) {
+			t.Errorf("header %q: Publish returned %v; want ErrInvalid naming it", name, err)
+		}
+	}
+	if err := c.Publish(context.Background(), "t", &omnibus.Message{Headers: map[string]string{"trace-id": "x", "ce": "y"}}); err != nil {
+		t.Errorf("headers that are no binding's: %v", err)
+	}
+}
+
 func TestDurabilityFromURL(t *testing.T) {
 	c, err := omnibus.Open(context.Background(), "mem://durability?durability=leader")
 	if err != nil {

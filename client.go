@@ -208,6 +208,9 @@ func (c *Client) Driver() driver.Conn { return c.conn }
 
 // Publish sends msgs to topic and returns when each has reached the
 // client's durability. It fills empty IDs and zero Times in msgs.
+// A header named content-type, or starting with ce_, ce- or cloudEvents:
+// (a CloudEvents binding's names, see Message), is an error wrapping
+// ErrInvalid and nothing is sent.
 //
 // When the transport fails some messages of the batch, Publish returns a
 // *PublishError listing them; the others landed. Any other error means no
@@ -228,6 +231,11 @@ func (c *Client) Publish(ctx context.Context, topic string, msgs ...*Message) er
 	for i, m := range msgs {
 		if m == nil {
 			return fmt.Errorf("omnibus: publish %q: message %d is nil: %w", topic, i, ErrInvalid)
+		}
+		for k := range m.Headers {
+			if driver.ReservedHeader(k) {
+				return fmt.Errorf("omnibus: publish %q: message %d: header %q is a CloudEvents binding's name (set ContentType for the content type): %w", topic, i, k, ErrInvalid)
+			}
 		}
 		dms[i] = toDriver(m, now)
 		ptrs[i] = &dms[i]

@@ -12,22 +12,42 @@ import (
 
 // Message is the unit omnibus publishes and delivers.
 //
-// How each field travels (CloudEvents binary content mode where the
-// transport has headers, so other CloudEvents clients can read it):
+// On every transport with headers a message is a CloudEvent in binary
+// content mode, spelled as that transport's CloudEvents protocol binding
+// spells it, so other CloudEvents clients read omnibus's messages and
+// omnibus reads theirs (membus keeps messages in memory):
 //
-//	field    Kafka             RabbitMQ                          NATS JetStream          membus
-//	ID       header ce_id      message-id, cloudEvents:id        Nats-Msg-Id, Ce-Id      in memory
-//	Key      record key        routing key                       Ce-Partitionkey         in memory
-//	Type     header ce_type    type, cloudEvents:type            Ce-Type                 in memory
-//	Source   header ce_source  app-id, cloudEvents:source        Ce-Source               in memory
-//	Time     header ce_time    timestamp, cloudEvents:time       Ce-Time                 in memory
-//	Headers  record headers    application properties            headers                 in memory
-//	Body     record value      body                              data                    in memory
+//	field        CloudEvents      Kafka              RabbitMQ                              NATS JetStream
+//	ID           id               ce_id              cloudEvents:id, message-id            ce-id, Nats-Msg-Id
+//	Key          partitionkey     record key,        routing key,                          ce-partitionkey
+//	                              ce_partitionkey    cloudEvents:partitionkey
+//	Type         type             ce_type            cloudEvents:type, type                ce-type
+//	Source       source           ce_source          cloudEvents:source, app-id            ce-source
+//	Time         time             ce_time            cloudEvents:time, timestamp           ce-time
+//	ContentType  datacontenttype  content-type       content-type property                 ce-datacontenttype
+//	Body         data             record value       body                                  payload
+//	(1.0)        specversion      ce_specversion     cloudEvents:specversion               ce-specversion
 //
-// Time travels as RFC 3339 with nanoseconds in the CloudEvents time
-// header, so it survives transports whose native timestamps are in
-// seconds. Each transport's package comment gives the details (what a
-// message without ce_* headers from another producer looks like, say).
+// Headers and CloudEvents extensions are one thing. A header whose name
+// is a CloudEvents attribute name (lowercase ASCII letters and digits,
+// such as "tenant") and not one of the attributes above is the extension
+// of that name: ce_tenant on Kafka, cloudEvents:tenant on RabbitMQ,
+// ce-tenant on NATS. Every extension a message arrives with, whoever wrote
+// it, is delivered as the header of its name ("tenant"); so are the
+// optional attributes subject and dataschema. Any other header
+// ("trace-id", "X-Request-Id", "type") cannot be an extension: it travels
+// under its own name as a plain header, which omnibus delivers as it is
+// and CloudEvents readers ignore. Header names a binding owns
+// (content-type, and names starting with ce_, ce- or cloudEvents:) are
+// refused by Publish.
+//
+// omnibus writes binary content mode and reads structured mode too (the
+// JSON event as the body, content type application/cloudevents+json).
+// Time travels as RFC 3339 with nanoseconds, so it survives transports
+// whose native timestamps are in seconds. A message without Type or
+// Source is not a valid CloudEvent; CloudEvents readers may refuse it.
+// Each transport's package comment gives the details (what a message
+// without ce_* headers from another producer looks like, say).
 type Message struct {
 	// ID identifies the message. Publish fills it when empty; it stays the
 	// same across retries and redeliveries, so receivers can deduplicate.
@@ -41,7 +61,11 @@ type Message struct {
 	Source string
 	// Time is when the message was created. Publish fills it when zero.
 	Time time.Time
-	// Headers are free-form string pairs carried with the message.
+	// ContentType is the media type of Body ("application/json"), the
+	// CloudEvents datacontenttype; empty when not said.
+	ContentType string
+	// Headers are string pairs carried with the message; those named
+	// like CloudEvents attributes ("tenant") are its extensions.
 	Headers map[string]string
 	// Body is the payload, any bytes.
 	Body []byte
@@ -81,12 +105,12 @@ func toDriver(m *Message, now time.Time) driver.Message {
 	if m.Time.IsZero() {
 		m.Time = now
 	}
-	return driver.Message{ID: m.ID, Key: m.Key, Type: m.Type, Source: m.Source, Time: m.Time, Headers: m.Headers, Body: m.Body}
+	return driver.Message{ID: m.ID, Key: m.Key, Type: m.Type, Source: m.Source, Time: m.Time, ContentType: m.ContentType, Headers: m.Headers, Body: m.Body}
 }
 
 func fromDelivery(m *Message, topic string, d *driver.Delivery) {
 	*m = Message{
-		ID: d.ID, Key: d.Key, Type: d.Type, Source: d.Source, Time: d.Time, Headers: d.Headers, Body: d.Body,
+		ID: d.ID, Key: d.Key, Type: d.Type, Source: d.Source, Time: d.Time, ContentType: d.ContentType, Headers: d.Headers, Body: d.Body,
 		Topic: topic, Lane: d.Lane, Position: d.Position,
 	}
 }

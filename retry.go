@@ -246,7 +246,7 @@ func (m *member) deadMessage(e *entry) *driver.Message {
 	h[HeaderDeadPosition] = e.d.Position
 	h[HeaderDeadFirstFailure] = e.firstFail.UTC().Format(time.RFC3339Nano)
 	h[HeaderDeadLastFailure] = e.lastFail.UTC().Format(time.RFC3339Nano)
-	dm := &driver.Message{ID: e.msg.ID, Key: e.msg.Key, Type: e.msg.Type, Source: e.msg.Source, Time: e.msg.Time, Headers: h, Body: e.msg.Body}
+	dm := &driver.Message{ID: e.msg.ID, Key: e.msg.Key, Type: e.msg.Type, Source: e.msg.Source, Time: e.msg.Time, ContentType: e.msg.ContentType, Headers: h, Body: e.msg.Body}
 	if limit := m.k.client.caps.MaxMessageBytes; limit > 0 {
 		if over := dm.Size() - limit; over > 0 {
 			reason := h[HeaderDeadReason]

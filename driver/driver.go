@@ -105,21 +105,24 @@ type Conn interface {
 }
 
 // Message is a message as the driver puts it on, and takes it off, the
-// wire. The portable layer fills ID and Time before publishing.
+// wire. The portable layer fills ID and Time before publishing. Drivers
+// whose transport has headers map it onto the transport's CloudEvents
+// binding with a [Binding].
 type Message struct {
-	ID      string
-	Key     string
-	Type    string
-	Source  string
-	Time    time.Time
-	Headers map[string]string
-	Body    []byte
+	ID          string
+	Key         string
+	Type        string
+	Source      string
+	Time        time.Time
+	ContentType string
+	Headers     map[string]string
+	Body        []byte
 }
 
 // Size is the number of bytes the message occupies in the engine's
 // accounting: body, key and headers.
 func (m *Message) Size() int {
-	n := len(m.Body) + len(m.Key) + len(m.ID) + len(m.Type) + len(m.Source)
+	n := len(m.Body) + len(m.Key) + len(m.ID) + len(m.Type) + len(m.Source) + len(m.ContentType)
 	for k, v := range m.Headers {
 		n += len(k) + len(v)
 	}

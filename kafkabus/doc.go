@@ -70,17 +70,37 @@
 //
 // # Messages on the wire
 //
-// A message is one record: Key is the record key, Body the value, and the
-// other fields travel as CloudEvents binary-mode headers (Kafka protocol
-// binding) so any client can read them: ce_specversion (1.0), ce_id,
-// ce_type, ce_source and ce_time (RFC 3339 with nanoseconds). User
-// headers travel as record headers as they are; user headers with those
-// five names are ignored. The record timestamp is the publish time, as
-// with the Java producer, so retention counts from when a message was
-// written: a dead letter of an old message is not expired at once. A
-// record without ce_id (from another client) gets the ID
+// A message is one record in CloudEvents binary content mode, as the
+// CloudEvents Kafka protocol binding spells it, so the CloudEvents SDKs
+// and any other client read it (tested with the Go SDK's sarama binding,
+// both ways):
+//
+//	field        record
+//	ID           header ce_id
+//	Key          record key, and header ce_partitionkey
+//	Type         header ce_type
+//	Source       header ce_source
+//	Time         header ce_time (RFC 3339 with nanoseconds)
+//	ContentType  header content-type
+//	Body         value
+//	             header ce_specversion: 1.0
+//	Headers      header ce_<name> for a name of lowercase letters and
+//	             digits ("tenant": ce_tenant, a CloudEvents extension),
+//	             header <name> for any other ("trace-id")
+//
+// On receipt every ce_* header that is no field above (an extension of
+// any producer, ce_subject) is delivered as the header of its name without
+// the prefix ("tenant"), and other headers as they are; names are read in
+// any case, as the binding's readers do. The record key is the Key; a
+// record without one takes ce_partitionkey. The record timestamp is the
+// publish time, as with the Java producer, so retention counts from when a
+// message was written: a dead letter of an old message is not expired at
+// once. A record without ce_id (from another client) gets the ID
 // "<topic>/<partition>/<offset>", which stays the same on redelivery; one
-// without ce_time gets the record timestamp as its Time.
+// without ce_time gets the record timestamp as its Time. A record whose
+// content-type is application/cloudevents+json is in structured content
+// mode: its fields come from the JSON event in the value (the SDK sends
+// so when asked for structured mode).
 //
 // Keys pick partitions with Kafka's default partitioner (murmur2 of the
 // key, as the Java client), so omnibus and Java producers put a key on

@@ -71,12 +71,13 @@ func TestKcatInterop(t *testing.T) {
 		var sent []*omnibus.Message
 		for i := range 3 {
 			sent = append(sent, &omnibus.Message{
-				Key:     "customer-" + strconv.Itoa(i),
-				Type:    "order.created",
-				Source:  "/billing",
-				Time:    when,
-				Headers: map[string]string{"tenant": "acme"},
-				Body:    []byte(`{"order":` + strconv.Itoa(i) + `}`),
+				Key:         "customer-" + strconv.Itoa(i),
+				Type:        "order.created",
+				Source:      "/billing",
+				Time:        when,
+				ContentType: "application/json",
+				Headers:     map[string]string{"tenant": "acme", "Trace-Id": "t1"},
+				Body:        []byte(`{"order":` + strconv.Itoa(i) + `}`),
 			})
 		}
 		if err := c.Publish(ctxT(t), "to-kcat", sent...); err != nil {
@@ -105,7 +106,8 @@ func TestKcatInterop(t *testing.T) {
 			h := parseHeaders(rec[1])
 			want := map[string]string{
 				"ce_specversion": "1.0", "ce_id": m.ID, "ce_type": m.Type, "ce_source": m.Source,
-				"ce_time": "2026-12-02T10:11:12.123456789Z", "tenant": "acme",
+				"ce_time": "2026-12-02T10:11:12.123456789Z", "content-type": "application/json", "ce_partitionkey": m.Key,
+				"ce_tenant": "acme", "Trace-Id": "t1", // an extension, and a header that cannot be one
 			}
 			for k, v := range want {
 				if h[k] != v {
@@ -118,7 +120,8 @@ func TestKcatInterop(t *testing.T) {
 	t.Run("omnibus reads kcat", func(t *testing.T) {
 		runKcat(t, bin, "k1:first\nk2:second\n", "-P", "-b", broker, "-t", "from-kcat", "-K:",
 			"-H", "ce_specversion=1.0", "-H", "ce_id=from-kcat-1", "-H", "ce_type=invoice.paid",
-			"-H", "ce_source=/kcat", "-H", "ce_time=2026-12-02T10:00:00.5Z", "-H", "region=eu")
+			"-H", "ce_source=/kcat", "-H", "ce_time=2026-12-02T10:00:00.5Z", "-H", "content-type=text/plain",
+			"-H", "ce_tenant=acme", "-H", "Region=eu")
 		runKcat(t, bin, "k3:plain\n", "-P", "-b", broker, "-t", "from-kcat", "-K:")
 		var mu sync.Mutex
 		got := map[string]*omnibus.Message{}
@@ -139,8 +142,10 @@ func TestKcatInterop(t *testing.T) {
 		stop()
 		for _, key := range []string{"k1", "k2"} {
 			m := got[key]
-			if m.ID != "from-kcat-1" || m.Type != "invoice.paid" || m.Source != "/kcat" || m.Headers["region"] != "eu" {
-				t.Errorf("%s: id %q type %q source %q headers %v; want the ce_* headers kcat set", key, m.ID, m.Type, m.Source, m.Headers)
+			if m.ID != "from-kcat-1" || m.Type != "invoice.paid" || m.Source != "/kcat" || m.ContentType != "text/plain" ||
+				len(m.Headers) != 2 || m.Headers["tenant"] != "acme" || m.Headers["Region"] != "eu" {
+				t.Errorf("%s: id %q type %q source %q content type %q headers %v; want the ce_* headers kcat set, tenant=acme and Region=eu",
+					key, m.ID, m.Type, m.Source, m.ContentType, m.Headers)
 			}
 			if want := time.Date(2026, 12, 2, 10, 0, 0, 5e8, time.UTC); !m.Time.Equal(want) {
 				t.Errorf("%s: time %v, want %v", key, m.Time, want)

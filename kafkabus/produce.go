@@ -6,57 +6,30 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-// CloudEvents binary-mode header names (CloudEvents Kafka protocol
-// binding); other clients read a message's attributes from them.
+// Header names of the CloudEvents Kafka protocol binding (binary content
+// mode); see the package comment for the rest of the mapping.
 const (
-	HeaderID          = "ce_id"
-	HeaderType        = "ce_type"
-	HeaderSource      = "ce_source"
-	HeaderTime        = "ce_time"
-	HeaderSpecVersion = "ce_specversion"
-
-	specVersion = "1.0"
+	HeaderID           = "ce_id"
+	HeaderType         = "ce_type"
+	HeaderSource       = "ce_source"
+	HeaderTime         = "ce_time"
+	HeaderSpecVersion  = "ce_specversion"
+	HeaderPartitionKey = "ce_partitionkey"
+	HeaderContentType  = "content-type"
 )
-
-var specVersionValue = []byte(specVersion)
-
-// isAttributeHeader reports whether name carries a message field rather
-// than a user header.
-func isAttributeHeader(name string) bool {
-	switch name {
-	case HeaderID, HeaderType, HeaderSource, HeaderTime, HeaderSpecVersion:
-		return true
-	}
-	return false
-}
 
 // record turns m into a Kafka record of topic.
 func record(topic string, m *driver.Message) *kgo.Record {
-	hs := make([]kgo.RecordHeader, 0, 5+len(m.Headers))
-	hs = append(hs,
-		kgo.RecordHeader{Key: HeaderSpecVersion, Value: specVersionValue},
-		kgo.RecordHeader{Key: HeaderID, Value: []byte(m.ID)})
-	if m.Type != "" {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderType, Value: []byte(m.Type)})
-	}
-	if m.Source != "" {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderSource, Value: []byte(m.Source)})
-	}
-	if !m.Time.IsZero() {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderTime, Value: m.Time.UTC().AppendFormat(make([]byte, 0, 32), time.RFC3339Nano)})
-	}
-	for k, v := range m.Headers {
-		if !isAttributeHeader(k) {
-			hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
-		}
-	}
+	hs := make([]kgo.RecordHeader, 0, 7+len(m.Headers))
+	driver.KafkaBinding.Encode(m, func(name, value string) {
+		hs = append(hs, kgo.RecordHeader{Key: name, Value: []byte(value)})
+	})
 	// The record timestamp is the publish time (kgo sets it), as with the
 	// Java producer: retention and delivery timeouts count from it, so a
 	// message re-published long after its Time (a dead letter, an outbox
@@ -162,27 +135,15 @@ func delivery(r *kgo.Record) *driver.Delivery {
 		Position: strconv.FormatInt(r.Offset, 10),
 		Token:    position{partition: r.Partition, offset: r.Offset, epoch: r.LeaderEpoch},
 	}
-	d.Key = string(r.Key)
 	d.Body = r.Value
 	for _, h := range r.Headers {
-		switch h.Key {
-		case HeaderID:
-			d.ID = string(h.Value)
-		case HeaderType:
-			d.Type = string(h.Value)
-		case HeaderSource:
-			d.Source = string(h.Value)
-		case HeaderTime:
-			if t, err := time.Parse(time.RFC3339Nano, string(h.Value)); err == nil {
-				d.Time = t
-			}
-		case HeaderSpecVersion:
-		default:
-			if d.Headers == nil {
-				d.Headers = make(map[string]string, len(r.Headers))
-			}
-			d.Headers[h.Key] = string(h.Value)
-		}
+		driver.KafkaBinding.Decode(&d.Message, h.Key, string(h.Value))
+	}
+	if driver.Structured(d.ContentType) {
+		_ = driver.DecodeStructured(&d.Message) // one that is no CloudEvent stays as it came
+	}
+	if len(r.Key) > 0 {
+		d.Key = string(r.Key) // the record key wins over ce_partitionkey
 	}
 	if d.ID == "" {
 		// A record from a client that sets no ce_id: its place in the log

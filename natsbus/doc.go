@@ -240,12 +240,44 @@
 //
 // # Messages on the wire
 //
-// CloudEvents binary content mode: the ID is both Nats-Msg-Id (so the
-// server's duplicate window drops a re-publish) and Ce-Id; Type, Source
-// and Time are Ce-Type, Ce-Source and Ce-Time (RFC 3339 with
-// nanoseconds); Ce-Specversion is 1.0; the key is Ce-Partitionkey (the
-// CloudEvents partitioning extension). User headers travel as NATS
-// headers with their names as given; CR and LF in values become spaces.
+// A message is a CloudEvent in binary content mode, as the CloudEvents
+// NATS protocol binding spells it (tested with the Go SDK's JetStream
+// binding, both ways, plain and partitioned):
+//
+//	field        NATS message
+//	ID           header ce-id, and Nats-Msg-Id (the server's duplicate window drops a re-publish)
+//	Key          header ce-partitionkey (and the partition subject, see above)
+//	Type         header ce-type
+//	Source       header ce-source
+//	Time         header ce-time (RFC 3339 with nanoseconds)
+//	ContentType  header ce-datacontenttype
+//	Body         payload
+//	             header ce-specversion: 1.0
+//	Headers      header ce-<name> for a name of lowercase letters and
+//	             digits ("tenant": ce-tenant, a CloudEvents extension),
+//	             header <name> for any other ("trace-id")
+//
+// On receipt header names are read in any case (NATS header names are
+// case-insensitive by design, though nats.go compares them exactly): the
+// Ce-Id, Ce-Type, Ce-Partitionkey ... that omnibus wrote before it
+// followed the binding decode as before. Every ce-* header that is no
+// field above (an extension of any producer, ce-subject) is delivered as
+// the header of its name without the prefix ("tenant"); a Content-Type
+// header (another producer's) is the content type when ce-datacontenttype
+// is missing; the server's Nats-* headers are not delivered, and a header
+// named Nats-* is refused on publish (the server acts on them). Other
+// headers are delivered as they are. Values are written as they are, with
+// CR and LF made spaces; they are not percent-encoded as the binding's
+// current draft asks, because the CloudEvents SDK for Go does not decode
+// that. A message without ce-id takes Nats-Msg-Id as its ID.
+//
+// A message in structured content mode (a Content-Type of
+// application/cloudevents+json, or, as the binding's first version had
+// every message, no header at all and a CloudEvent as the payload) is
+// decoded from the JSON event in its payload; that is what the SDK's core
+// NATS binding (protocol/nats) sends. That binding reads structured mode
+// only, so it cannot read omnibus's messages, which are in binary mode;
+// the SDK's JetStream binding reads both.
 //
 // # Delivery semantics
 //

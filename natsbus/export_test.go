@@ -29,3 +29,6 @@ func OpenConn(ctx context.Context, rawURL string) (driver.Conn, *nats.Conn, erro
 
 // LeaseBucket is the KV bucket of group's partition leases on topic.
 func LeaseBucket(topic, group string) string { return leaseBucket(streamName(topic), group) }
+
+// StreamName is the stream that holds topic.
+func StreamName(topic string) string { return streamName(topic) }

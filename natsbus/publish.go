@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,14 +12,18 @@ import (
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-// Headers natsbus writes: CloudEvents binary content mode for NATS.
+// Header names of the CloudEvents NATS protocol binding (binary content
+// mode); see the package comment for the rest of the mapping. Received
+// names are read in any case, so the Ce-Id spelling omnibus wrote before
+// it followed the binding is read too.
 const (
-	HeaderID           = "Ce-Id"
-	HeaderType         = "Ce-Type"
-	HeaderSource       = "Ce-Source"
-	HeaderTime         = "Ce-Time"
-	HeaderSpecVersion  = "Ce-Specversion"
-	HeaderPartitionKey = "Ce-Partitionkey" // the CloudEvents partitioning extension
+	HeaderID           = "ce-id"
+	HeaderType         = "ce-type"
+	HeaderSource       = "ce-source"
+	HeaderTime         = "ce-time"
+	HeaderSpecVersion  = "ce-specversion"
+	HeaderPartitionKey = "ce-partitionkey"
+	HeaderContentType  = "ce-datacontenttype"
 )
 
 // headerValue makes v safe in a NATS header: CR and LF would end it.
@@ -29,6 +32,12 @@ func headerValue(v string) string {
 		return v
 	}
 	return strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(v)
+}
+
+// serverHeader reports whether k is in the server's namespace (Nats-Msg-Id,
+// Nats-Expected-Stream, Nats-Rollup, ...): the server acts on those.
+func serverHeader(k string) bool {
+	return len(k) >= 5 && strings.EqualFold(k[:5], "Nats-")
 }
 
 func checkHeaderKey(k string) error {
@@ -40,68 +49,50 @@ func checkHeaderKey(k string) error {
 			return fmt.Errorf("header name %q: illegal character %q", k, c)
 		}
 	}
+	if serverHeader(k) {
+		return fmt.Errorf("header name %q: the Nats- prefix is the server's", k)
+	}
 	return nil
 }
 
 // toMsg builds the NATS message of m on subject.
 func toMsg(subject string, m *driver.Message) (*nats.Msg, error) {
-	h := make(nats.Header, len(m.Headers)+6)
-	for k, v := range m.Headers {
+	for k := range m.Headers {
 		if err := checkHeaderKey(k); err != nil {
 			return nil, err
 		}
-		h[k] = []string{headerValue(v)}
 	}
+	h := make(nats.Header, len(m.Headers)+8)
+	driver.NATSBinding.Encode(m, func(name, value string) {
+		h[name] = []string{headerValue(value)}
+	})
 	h[jetstream.MsgIDHeader] = []string{m.ID}
-	h[HeaderID] = []string{m.ID}
-	h[HeaderSpecVersion] = []string{"1.0"}
-	if m.Type != "" {
-		h[HeaderType] = []string{headerValue(m.Type)}
-	}
-	if m.Source != "" {
-		h[HeaderSource] = []string{headerValue(m.Source)}
-	}
-	if !m.Time.IsZero() {
-		h[HeaderTime] = []string{m.Time.UTC().Format(time.RFC3339Nano)}
-	}
-	if m.Key != "" {
-		h[HeaderPartitionKey] = []string{headerValue(m.Key)}
-	}
 	return &nats.Msg{Subject: subject, Header: h, Data: m.Body}, nil
 }
 
-// fromMsg fills d's message from a NATS message.
+// fromMsg fills d's message from a NATS message. The server's headers are
+// left out; Nats-Msg-Id is the ID of a message without ce-id. A message
+// in structured content mode (its Content-Type says so, or, as the
+// binding's first version had every message, it has no header and its
+// payload is a CloudEvent) is decoded from its payload.
 func fromMsg(d *driver.Message, h nats.Header, data []byte) {
 	d.Body = data
+	headers := false
 	for k, vs := range h {
-		if len(vs) == 0 {
-			continue
-		}
-		v := vs[0]
-		switch k {
-		case HeaderID:
-			d.ID = v
-		case jetstream.MsgIDHeader:
+		switch {
+		case len(vs) == 0:
+		case k == jetstream.MsgIDHeader:
 			if d.ID == "" {
-				d.ID = v
+				d.ID = vs[0]
 			}
-		case HeaderType:
-			d.Type = v
-		case HeaderSource:
-			d.Source = v
-		case HeaderTime:
-			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-				d.Time = t
-			}
-		case HeaderPartitionKey:
-			d.Key = v
-		case HeaderSpecVersion:
+		case serverHeader(k):
 		default:
-			if d.Headers == nil {
-				d.Headers = make(map[string]string, len(h))
-			}
-			d.Headers[k] = v
+			headers = true
+			driver.NATSBinding.Decode(d, k, vs[0])
 		}
+	}
+	if driver.Structured(d.ContentType) || !headers && len(data) > 0 && data[0] == '{' {
+		_ = driver.DecodeStructured(d) // one that is no CloudEvent stays as it came
 	}
 }
 

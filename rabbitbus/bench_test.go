@@ -203,8 +203,8 @@ func publishRaw(b *testing.B, ac *amqp.Connection, topic string, body []byte, n 
 		now := time.Now()
 		dc, err := ch.PublishWithDeferredConfirm(topic, id, false, false, amqp.Publishing{
 			Headers: amqp.Table{
-				ceSpecVersion: "1.0", ceID: id, ceType: "bench",
-				ceTime: now.UTC().Format(time.RFC3339Nano), hdrKeyless: true,
+				"cloudEvents:specversion": "1.0", "cloudEvents:id": id, "cloudEvents:type": "bench",
+				"cloudEvents:time": now.UTC().Format(time.RFC3339Nano), hdrKeyless: true,
 			},
 			DeliveryMode: amqp.Persistent,
 			MessageId:    id,

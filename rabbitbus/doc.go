@@ -78,17 +78,42 @@
 //
 // # Messages on the wire
 //
-// A message is an AMQP message: body as is; routing key = Key (a keyless
-// message is routed by its ID and marked omnibus-keyless, so partitioned
-// topics spread keyless messages); properties message-id = ID, type =
-// Type, app-id = Source, timestamp = Time (seconds), delivery-mode 2
-// (persistent) unless durability is none; application properties =
-// Headers plus the CloudEvents binary-mode attributes cloudEvents:id,
-// cloudEvents:type, cloudEvents:source, cloudEvents:time (RFC 3339 with
-// nanoseconds, which is what Time is read back from) and
-// cloudEvents:specversion "1.0". Received x-* headers (x-death,
-// x-delivery-count) and non-scalar application properties are not copied
-// into Headers.
+// AMQP 0-9-1, which RabbitMQ speaks, has no CloudEvents protocol binding.
+// rabbitbus follows the AMQP (1.0) protocol binding, binary content mode,
+// mapped onto the same-named 0-9-1 fields: attributes are application
+// properties (0-9-1 headers) named cloudEvents:<attribute>, the content
+// type is the content-type property. The CloudEvents SDKs' AMQP bindings
+// speak AMQP 1.0, which RabbitMQ does not by default, so the mapping is
+// tested against the binding's written rules with a raw 0-9-1 client.
+//
+//	field        AMQP 0-9-1 message
+//	ID           application property cloudEvents:id, property message-id
+//	Key          routing key, application property cloudEvents:partitionkey
+//	Type         application property cloudEvents:type, property type
+//	Source       application property cloudEvents:source, property app-id
+//	Time         application property cloudEvents:time (RFC 3339 with
+//	             nanoseconds), property timestamp (seconds)
+//	ContentType  property content-type
+//	Body         body
+//	             application property cloudEvents:specversion: 1.0
+//	Headers      application property cloudEvents:<name> for a name of
+//	             lowercase letters and digits ("tenant":
+//	             cloudEvents:tenant, a CloudEvents extension), application
+//	             property <name> for any other ("trace-id")
+//
+// On receipt the cloudEvents: attributes win over the properties, and the
+// cloudEvents_ spelling (which JMS clients need, ':' being no identifier
+// character there) is read too, in any case. Every attribute that is no
+// field above (an extension of any producer, cloudEvents:subject) is
+// delivered as the header of its name without the prefix ("tenant"); a
+// native AMQP timestamp in cloudEvents:time is read as well as the
+// string. A message whose content-type is application/cloudevents+json
+// is in structured content mode: its fields come from the JSON event in
+// the body. A keyless message is routed by its ID and marked
+// omnibus-keyless, so partitioned topics spread keyless messages;
+// delivery-mode is 2 (persistent) unless durability is none. Received x-*
+// headers (x-death, x-delivery-count) and non-scalar application
+// properties are not copied into Headers.
 //
 // # Delivery semantics
 //

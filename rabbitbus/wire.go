@@ -11,14 +11,9 @@ import (
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-// Application properties omnibus writes besides the user's headers.
+// Application properties omnibus writes besides the CloudEvents
+// attributes (driver.AMQPBinding) and the user's headers.
 const (
-	ceID          = "cloudEvents:id"
-	ceType        = "cloudEvents:type"
-	ceSource      = "cloudEvents:source"
-	ceTime        = "cloudEvents:time"
-	ceSpecVersion = "cloudEvents:specversion"
-
 	// hdrAttempt is the delivery attempt of a message republished by Nack.
 	hdrAttempt = "omnibus-attempt"
 	// hdrKey carries the key of a message republished by Nack, whose
@@ -40,21 +35,8 @@ func routingKey(m *driver.Message) string {
 // encode turns m into an AMQP publishing. attempt > 1 and retryKey mark a
 // republished retry.
 func encode(m *driver.Message, persistent bool, attempt int, retry bool) amqp.Publishing {
-	h := make(amqp.Table, len(m.Headers)+8)
-	for k, v := range m.Headers {
-		h[k] = v
-	}
-	h[ceSpecVersion] = "1.0"
-	h[ceID] = m.ID
-	if m.Type != "" {
-		h[ceType] = m.Type
-	}
-	if m.Source != "" {
-		h[ceSource] = m.Source
-	}
-	if !m.Time.IsZero() {
-		h[ceTime] = m.Time.UTC().Format(time.RFC3339Nano)
-	}
+	h := make(amqp.Table, len(m.Headers)+10)
+	driver.AMQPBinding.Encode(m, func(name, value string) { h[name] = value })
 	if m.Key == "" {
 		h[hdrKeyless] = true
 	} else if retry {
@@ -70,6 +52,7 @@ func encode(m *driver.Message, persistent bool, attempt int, retry bool) amqp.Pu
 	return amqp.Publishing{
 		Headers:      h,
 		DeliveryMode: mode,
+		ContentType:  m.ContentType,
 		MessageId:    m.ID,
 		Type:         m.Type,
 		AppId:        m.Source,
@@ -81,35 +64,20 @@ func encode(m *driver.Message, persistent bool, attempt int, retry bool) amqp.Pu
 // decode turns an AMQP delivery into a driver message and the attempt
 // number. quorum says whether x-delivery-count counts redeliveries.
 func decode(d *amqp.Delivery, quorum bool) (driver.Message, int) {
+	// The properties first: the binding's attributes, read below, win.
 	m := driver.Message{
-		ID:     d.MessageId,
-		Key:    d.RoutingKey,
-		Type:   d.Type,
-		Source: d.AppId,
-		Time:   d.Timestamp,
-		Body:   d.Body,
+		ID:          d.MessageId,
+		Key:         d.RoutingKey,
+		Type:        d.Type,
+		Source:      d.AppId,
+		Time:        d.Timestamp,
+		ContentType: d.ContentType,
+		Body:        d.Body,
 	}
 	attempt := 1
 	redeliveries := -1
 	for k, v := range d.Headers {
 		switch k {
-		case ceID:
-			if m.ID == "" {
-				m.ID = str(v)
-			}
-		case ceType:
-			if m.Type == "" {
-				m.Type = str(v)
-			}
-		case ceSource:
-			if m.Source == "" {
-				m.Source = str(v)
-			}
-		case ceTime:
-			if t, err := time.Parse(time.RFC3339Nano, str(v)); err == nil {
-				m.Time = t
-			}
-		case ceSpecVersion:
 		case hdrKeyless:
 			m.Key = ""
 		case hdrKey:
@@ -129,11 +97,11 @@ func decode(d *amqp.Delivery, quorum bool) (driver.Message, int) {
 			if !ok {
 				continue
 			}
-			if m.Headers == nil {
-				m.Headers = make(map[string]string, len(d.Headers))
-			}
-			m.Headers[k] = s
+			driver.AMQPBinding.Decode(&m, k, s)
 		}
+	}
+	if driver.Structured(m.ContentType) {
+		_ = driver.DecodeStructured(&m) // one that is no CloudEvent stays as it came
 	}
 	if v, ok := d.Headers[hdrKey]; ok {
 		if _, keyless := d.Headers[hdrKeyless]; !keyless {

@@ -224,6 +224,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 		Headers: map[string]string{"a": "1", "trace-id": "abc def", "unicode": "é✓"},
 		Body:    []byte(`{"order":1}`),
 	}
+	want.ContentType = "application/json"
 	if err := pub.Publish(ctxT(t), topic, want); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
@@ -239,6 +240,9 @@ func (s *suite) testRoundTrip(t *testing.T) {
 	}
 	if !got.Time.Equal(want.Time) {
 		t.Errorf("time: got %v, want %v", got.Time, want.Time)
+	}
+	if got.ContentType != want.ContentType {
+		t.Errorf("content type: got %q, want %q", got.ContentType, want.ContentType)
 	}
 	for k, v := range want.Headers {
 		if got.Headers[k] != v {
