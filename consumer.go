@@ -162,6 +162,7 @@ func (k *Consumer) addMember(ctx context.Context) (*member, error) {
 		StartAt:          k.cfg.startAt,
 		MaxInFlight:      k.cfg.maxInFlight,
 		MaxInFlightBytes: k.cfg.maxBytes,
+		MaxHeld:          holdFactor * k.cfg.maxInFlight,
 		Lanes:            m,
 	})
 	if err != nil {

@@ -14,12 +14,21 @@ import (
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-// holdFactor bounds the entries a member holds, settled or not, at
-// holdFactor x MaxInFlight: entries parked behind a retry and entries kept
-// only for a lane's watermark do not count against MaxInFlight, so that
-// one failing key does not stop the others, but they cannot grow without
-// bound either.
+// holdFactor bounds the unsettled entries a member holds at holdFactor x
+// MaxInFlight: entries parked behind a retry do not count against
+// MaxInFlight, so that one failing key does not stop the others, but they
+// cannot grow without bound either.
 const holdFactor = 16
+
+// minWatermark is the least number of entries a member keeps for its
+// lanes' watermarks (on logs), settled ones included: a settled entry
+// behind an unsettled one keeps only its position (a few hundred bytes),
+// so a poison message holds its lane's commit back while other keys run
+// for this long before the member waits for it.
+const minWatermark = 1 << 16
+
+// maxWatermark is the bound on entries held for watermarks.
+func (c *consumerConfig) maxWatermark() int { return max(holdFactor*c.maxInFlight, minWatermark) }
 
 // room is what the fetch loop may ask Receive for now: the bounds on
 // messages and bytes in flight less what is held. Entries parked until a
@@ -29,13 +38,13 @@ const holdFactor = 16
 // Receive returns batches rather than one message per settlement.
 func (m *member) room() driver.Room {
 	cfg := &m.k.cfg
-	hold := holdFactor * cfg.maxInFlight
-	if m.full || m.bytes >= cfg.maxBytes || m.inflight >= hold || m.pending >= hold {
+	hold, marks := holdFactor*cfg.maxInFlight, cfg.maxWatermark()
+	if m.full || m.bytes >= cfg.maxBytes || m.inflight >= hold || m.pending >= marks {
 		return driver.Room{}
 	}
 	active := m.inflight - m.waiting
 	r := driver.Room{
-		Count:    min(cfg.maxInFlight-active, hold-m.inflight, hold-m.pending),
+		Count:    min(cfg.maxInFlight-active, hold-m.inflight, marks-m.pending),
 		Bytes:    cfg.maxBytes - m.bytes,
 		Oversize: m.inflight == 0,
 	}

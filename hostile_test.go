@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime"
 	"strconv"
 	"strings"
@@ -602,7 +603,9 @@ func TestDeadLetterReasonTrimmed(t *testing.T) {
 	c := openFault(t, membus.Config{Partitions: 1, MaxBytes: limit}, &faultConn{})
 	dead := make(chan *omnibus.Message, 1)
 	kd, err := c.Subscribe(context.Background(), "trim.dlq", func(ctx context.Context, m *omnibus.Message) error {
-		dead <- m
+		cp := *m
+		cp.Headers = maps.Clone(m.Headers)
+		dead <- &cp
 		return nil
 	}, omnibus.StartFrom(omnibus.StartEarliest))
 	if err != nil {

@@ -13,9 +13,9 @@ import (
 // with [Permanent] dead-letters it at once. A panic is recovered and
 // counts as a retryable failure.
 //
-// The message belongs to the engine: the handler must not keep it, or its
-// Body, after returning (the engine drops the body once the message is
-// settled, so that messages held for a lane's watermark cost no memory).
+// The message belongs to the engine: the handler must not keep it, or
+// anything it holds, after returning (the engine clears a settled message
+// that a lane's watermark still holds, so that it costs no memory).
 type Handler func(ctx context.Context, m *Message) error
 
 // BatchHandler handles a batch of messages. Returning nil settles every

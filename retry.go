@@ -70,7 +70,9 @@ func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
 		}
 	}
 	var nacked []*entry
-	if len(failed) > 0 && m.nacker != nil && failed[0].d.Attempt > 0 {
+	// A lane going away (or a member closing) releases its failures to
+	// the transport below, unsettled: no retry copy is made then.
+	if len(failed) > 0 && m.nacker != nil && failed[0].d.Attempt > 0 && l.ctx.Err() == nil {
 		nacked, failed = m.nack(failed)
 	}
 

@@ -52,7 +52,11 @@ func (m *member) ackLocked(e *entry) {
 		}
 		return
 	}
+	// Held only for its position now: drop the rest, so that entries
+	// behind an unsettled one cost little (see minWatermark).
 	e.settled = true
+	e.msg = Message{}
+	e.d.Message = driver.Message{}
 	advanced := false
 	for l.head != nil && l.head.settled {
 		l.settled.Add(1)

@@ -219,6 +219,13 @@ type SubscribeOptions struct {
 	// of those messages. Drivers that can cap what they prefetch by size
 	// use it for that cap.
 	MaxInFlightBytes int
+	// MaxHeld is the most deliveries the engine holds unsettled: those in
+	// flight and those waiting behind a retry of their key, which do not
+	// count against MaxInFlight. A transport that stops delivering at a
+	// count of unacknowledged messages (a prefetch) and whose lanes are
+	// ordered needs at least this much, or one retrying key stalls the
+	// others of its lane.
+	MaxHeld int
 	// Lanes receives lane claims and revocations. Never nil.
 	Lanes Lanes
 }

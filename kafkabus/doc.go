@@ -37,7 +37,8 @@
 //	linger                     0                    linger.ms, as a Go duration (5ms)
 //	max_message_bytes          1048588              message.max.bytes / max.message.bytes: the
 //	                                                largest record batch produced; Capabilities
-//	                                                reports it as MaxMessageBytes
+//	                                                reports it, less 512 bytes of record
+//	                                                overhead, as MaxMessageBytes
 //	max_buffered_records       10000                records buffered by a producer (buffer.memory, in records)
 //	idempotent                 true                 enable.idempotence (durability all only)
 //	delivery_timeout           2m                   delivery.timeout.ms
@@ -154,7 +155,7 @@
 //	groups           yes
 //	replay           yes
 //	native nack      no (the engine retries)
-//	max message      max_message_bytes (1048588)
+//	max message      max_message_bytes less 512 (1048076)
 //
 // # Errors
 //

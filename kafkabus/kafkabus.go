@@ -78,6 +78,13 @@ type conn struct {
 	dead      map[string]bool // topics the engine dead-letters to
 }
 
+// recordOverhead is what a record costs on the wire beyond what
+// driver.Message.Size counts (the record batch's header, the record's
+// framing, the CloudEvents headers' names and time): MaxMessageBytes
+// leaves room for it, so that a message the portable layer lets through
+// is not refused by the broker (a dead letter cut to fit, say).
+const recordOverhead = 512
+
 // Capabilities implements driver.Conn.
 func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
@@ -86,7 +93,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 		LaneCap:         true,
 		Groups:          true,
 		Replay:          true,
-		MaxMessageBytes: int(c.cfg.maxMessageBytes),
+		MaxMessageBytes: int(c.cfg.maxMessageBytes) - recordOverhead,
 	}
 }
 

@@ -214,23 +214,33 @@ func TestUnreachableBroker(t *testing.T) {
 
 // TestTooLarge: a record over max_message_bytes fails alone, with
 // ErrTooLarge and the franz-go error reachable, while the rest of its
-// batch lands. The message passes the portable layer's own size check
-// (its Size is under the limit); the CloudEvents headers push the record
-// over it, so the driver is what reports it.
+// batch lands (the driver is called directly, past the portable layer's
+// own size check). A message whose Size is the declared MaxMessageBytes,
+// with the headers a dead letter carries, lands: the declared limit
+// leaves room for the record's overhead.
 func TestTooLarge(t *testing.T) {
 	cluster := newCluster(t, kfake.SeedTopics(1, "big"))
 	c := open(t, clusterURL(cluster, ""))
 	limit := c.Capabilities().MaxMessageBytes
-	if limit != kafkabus.DefaultMaxMessageBytes {
-		t.Fatalf("MaxMessageBytes %d, want Kafka's default %d", limit, kafkabus.DefaultMaxMessageBytes)
+	if want := kafkabus.DefaultMaxMessageBytes - 512; limit != want {
+		t.Fatalf("MaxMessageBytes %d, want Kafka's default less the record overhead, %d", limit, want)
+	}
+	full := &omnibus.Message{ID: "full", Key: "k", Type: "t.type", Source: "/s", Headers: map[string]string{
+		omnibus.HeaderDeadReason: "r", omnibus.HeaderDeadAttempts: "5", omnibus.HeaderDeadTopic: "big", omnibus.HeaderDeadGroup: "g",
+		omnibus.HeaderDeadLane: "0", omnibus.HeaderDeadPosition: "12345", omnibus.HeaderDeadFirstFailure: time.Now().Format(time.RFC3339Nano),
+		omnibus.HeaderDeadLastFailure: time.Now().Format(time.RFC3339Nano)}}
+	size := len(full.ID) + len(full.Key) + len(full.Type) + len(full.Source) // as driver.Message.Size counts
+	for k, v := range full.Headers {
+		size += len(k) + len(v)
+	}
+	full.Body = make([]byte, limit-size)
+	if err := c.Publish(ctxT(t), "big", full); err != nil {
+		t.Fatalf("a message of exactly MaxMessageBytes: %v", err)
 	}
 	ms := []*driver.Message{
 		{ID: "small-1", Body: []byte("one"), Time: time.Now()},
-		{ID: "huge", Body: make([]byte, limit-len("huge")-8), Time: time.Now()},
+		{ID: "huge", Body: make([]byte, kafkabus.DefaultMaxMessageBytes), Time: time.Now()},
 		{ID: "small-2", Body: []byte("two"), Time: time.Now()},
-	}
-	if ms[1].Size() > limit {
-		t.Fatalf("test message Size %d over the limit %d", ms[1].Size(), limit)
 	}
 	err := c.Driver().Publish(ctxT(t), "big", ms, driver.PublishOptions{})
 	var be *driver.BatchError
@@ -246,15 +256,15 @@ func TestTooLarge(t *testing.T) {
 	}
 	t.Logf("oversized: %v", be.Errs[1])
 
-	// The two small ones landed.
+	// The two small ones landed, and the full one.
 	seen := newIDs()
 	k, err := c.Subscribe(ctxT(t), "big", seen.handler, omnibus.StartFrom(omnibus.StartEarliest))
 	if err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
 	run(t, k)
-	transporttest.Eventually(t, 30*time.Second, func() bool { return seen.unique() == 2 }, func() string {
-		return fmt.Sprintf("received %d of the 2 small messages", seen.unique())
+	transporttest.Eventually(t, 30*time.Second, func() bool { return seen.unique() == 3 }, func() string {
+		return fmt.Sprintf("received %d of the 2 small messages and the full one", seen.unique())
 	})
 }
 
@@ -436,8 +446,8 @@ func TestURL(t *testing.T) {
 		"&request_timeout=5s&session_timeout=10s&heartbeat_interval=1s&rebalance_timeout=10s&fetch_max_wait=50ms" +
 		"&fetch_max_bytes=1000000&fetch_max_partition_bytes=500000&metadata_max_age=10s&dial_timeout=2s&durability=leader"
 	c := open(t, full)
-	if got := c.Capabilities().MaxMessageBytes; got != 2000000 {
-		t.Errorf("MaxMessageBytes %d, want 2000000", got)
+	if got := c.Capabilities().MaxMessageBytes; got != 2000000-512 {
+		t.Errorf("MaxMessageBytes %d, want 2000000 less 512", got)
 	}
 	if err := c.Publish(ctxT(t), "zstd", &omnibus.Message{Key: "k", Body: []byte("compressed")}); err != nil {
 		t.Errorf("Publish with zstd, leader acks: %v", err)

@@ -205,9 +205,12 @@
 // (RabbitMQ does not implement a prefetch size): what MaxInFlightBytes
 // keeps out of the engine waits in the buffer, so a member holds up to
 // MaxInFlight messages whatever their size, at most MaxInFlight x
-// max_message_bytes, beyond MaxInFlightBytes. In partitioned mode each queue the member is active
-// on has a channel and a prefetch of its own: a member active on k lanes
-// holds up to k x MaxInFlight messages, engine and buffer together.
+// max_message_bytes, beyond MaxInFlightBytes. In partitioned mode each
+// queue the member is active on has a channel and a prefetch of its own,
+// 16 x MaxInFlight (the engine's bound on what it holds, retries waiting
+// in place included: a smaller prefetch would let one retrying key stop
+// the others of its lane): a member active on k lanes holds up to
+// k x 16 x MaxInFlight messages, engine and buffer together.
 // Closing a member (Close, or the end of Shutdown) closes its channels:
 // the server requeues at once everything unacknowledged, what the engine
 // held and what sat in the buffer, and other members get it.

@@ -109,6 +109,11 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		wake: make(chan struct{}, 1),
 	}
 	if s.part {
+		// Ordered lanes retry in place: the messages a retrying key holds
+		// must not use up the prefetch the lane's other keys need.
+		s.prefetch = max(s.prefetch, min(opts.MaxHeld, math.MaxUint16))
+	}
+	if s.part {
 		for p := range c.cfg.partitions {
 			s.lanes = append(s.lanes, &lane{s: s, n: p, id: strconv.Itoa(p), queue: partitionQueue(topic, opts.Group, p)})
 		}
