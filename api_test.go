@@ -104,7 +104,7 @@ func TestBadOptions(t *testing.T) {
 		{"backoff max below min", omnibus.Backoff(time.Second, time.Millisecond)},
 		{"zero drain", omnibus.DrainTimeout(0)},
 		{"zero commit interval", omnibus.CommitInterval(0)},
-		{"zero consumers", omnibus.Consumers(0)},
+		{"zero consumers", omnibus.Members(0)},
 		{"zero batch count", omnibus.Batch(0, 1, time.Second)},
 		{"zero batch period", omnibus.Batch(10, 1000, 0)},
 		{"empty group", omnibus.Group("")},

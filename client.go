@@ -293,7 +293,7 @@ func wrapPublishError(topic string, ms []*driver.Message, index []int, err error
 		}
 		return index[i]
 	}
-	var be *driver.BatchError
+	var be *driver.MessageErrors
 	switch {
 	case err == nil:
 	case errors.As(err, &be) && len(be.Errs) == len(ms):

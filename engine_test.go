@@ -254,7 +254,7 @@ func testEngineFaults(t *testing.T, mode omnibus.Ordering) {
 	}
 
 	// Three members; one leaves at a quarter; the consumer shuts down at half.
-	k1, err := c.Subscribe(ctx, topic, handler, append(opts, omnibus.Consumers(3))...)
+	k1, err := c.Subscribe(ctx, topic, handler, append(opts, omnibus.Members(3))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func testEngineFaults(t *testing.T, mode omnibus.Ordering) {
 	}
 
 	// A new consumer of the same group finishes the work.
-	k2, err := c.Subscribe(ctx, topic, handler, append(opts, omnibus.Consumers(2))...)
+	k2, err := c.Subscribe(ctx, topic, handler, append(opts, omnibus.Members(2))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -306,11 +306,11 @@ func CommitInterval(d time.Duration) SubscribeOption {
 	}
 }
 
-// Consumers is the number of group members the consumer runs in this
+// Members is the number of group members the consumer runs in this
 // process. Default: 1. See package autoscale to size it from lag.
-func Consumers(n int) SubscribeOption {
+func Members(n int) SubscribeOption {
 	return func(c *consumerConfig) error {
-		if err := positive("Consumers", n); err != nil {
+		if err := positive("Members", n); err != nil {
 			return err
 		}
 		c.consumers = n

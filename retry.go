@@ -180,7 +180,7 @@ func (m *member) nack(failed []*entry) (nacked, rest []*entry) {
 	}
 	delay := m.k.cfg.backoff(failed[0].base + failed[0].attempts)
 	err := m.nacker.Nack(m.ctx, ds, delay)
-	var be *driver.BatchError
+	var be *driver.MessageErrors
 	switch {
 	case err == nil:
 		nacked = failed

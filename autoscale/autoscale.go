@@ -211,7 +211,7 @@ func (c *Controller) decide(ctx context.Context, now time.Time) Decision {
 		settled[l.Lane] = l.Settled
 	}
 	d.Cap = c.p.Max
-	if c.t.Capabilities().LaneCap && (d.Cap == 0 || len(lags) < d.Cap) {
+	if c.t.Capabilities().ExclusiveLanes && (d.Cap == 0 || len(lags) < d.Cap) {
 		d.Cap = len(lags)
 	}
 	if d.Cap == 0 {

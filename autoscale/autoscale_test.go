@@ -237,7 +237,7 @@ func TestUnknownLagHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	k, err := c.Subscribe(ctx, "t", func(context.Context, *omnibus.Message) error { return nil }, omnibus.Consumers(3))
+	k, err := c.Subscribe(ctx, "t", func(context.Context, *omnibus.Message) error { return nil }, omnibus.Members(3))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,9 @@ func (m *model) Stats() omnibus.Stats {
 	return s
 }
 
-func (m *model) Capabilities() omnibus.Capabilities { return omnibus.Capabilities{LaneCap: true} }
+func (m *model) Capabilities() omnibus.Capabilities {
+	return omnibus.Capabilities{ExclusiveLanes: true}
+}
 
 // TestSimulateStepLoad prints, in virtual time, how the controller answers
 // a step up and a step down in load, next to fixed sizes of 1 and 12

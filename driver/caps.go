@@ -11,9 +11,10 @@ type Capabilities struct {
 	Ordered bool
 	// Lag is what the transport's lag counts; LagNone when it cannot tell.
 	Lag LagKind
-	// LaneCap is true when the number of lanes caps the number of members
-	// that get work (a partition is read by one member of a group).
-	LaneCap bool
+	// ExclusiveLanes is true when a lane is read by one member of a group
+	// at a time (a Kafka partition, a partition queue), so that the
+	// number of lanes caps the number of members that get work.
+	ExclusiveLanes bool
 	// Groups is true when several consumer groups each receive every
 	// message of a topic.
 	Groups bool

@@ -91,7 +91,7 @@ type Conn interface {
 
 	// Publish sends msgs to topic and waits for the durability asked for.
 	// When the transport can fail one message of a batch, the driver
-	// returns a *BatchError with one entry per message (nil for those that
+	// returns a *MessageErrors with one entry per message (nil for those that
 	// landed); any other error applies to every message.
 	Publish(ctx context.Context, topic string, msgs []*Message, opts PublishOptions) error
 
@@ -319,7 +319,7 @@ type Acker interface {
 // with native redelivery implement it. The delivery may come back to any
 // member of the group, so the engine uses Nack only when the subscription
 // does not promise order. When the transport can fail some deliveries of
-// the batch, Nack returns a *BatchError with one entry per delivery (nil
+// the batch, Nack returns a *MessageErrors with one entry per delivery (nil
 // for those handed back); the engine retries the others itself. Any other
 // error applies to every delivery.
 type Nacker interface {
@@ -363,13 +363,13 @@ type TopicCreator interface {
 	CreateTopic(ctx context.Context, topic string, lanes int) error
 }
 
-// BatchError reports per-message failures of a Publish. Errs has one entry
-// per message of the batch, nil for those that landed.
-type BatchError struct {
+// MessageErrors reports per-message failures of a Publish or a Nack. Errs
+// has one entry per message of the batch, nil for those that succeeded.
+type MessageErrors struct {
 	Errs []error
 }
 
-func (e *BatchError) Error() string {
+func (e *MessageErrors) Error() string {
 	n := 0
 	var first error
 	for _, err := range e.Errs {
@@ -387,7 +387,7 @@ func (e *BatchError) Error() string {
 }
 
 // Unwrap returns the individual errors, so errors.Is matches any of them.
-func (e *BatchError) Unwrap() []error {
+func (e *MessageErrors) Unwrap() []error {
 	var errs []error
 	for _, err := range e.Errs {
 		if err != nil {

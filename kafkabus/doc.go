@@ -151,7 +151,7 @@
 //	capability       kafkabus
 //	ordered lanes    yes (partitions)
 //	lag              records
-//	lane cap         yes (a partition is read by one member of a group)
+//	exclusive lanes  yes (a partition is read by one member of a group)
 //	groups           yes
 //	replay           yes
 //	native nack      no (the engine retries)

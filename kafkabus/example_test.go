@@ -38,7 +38,7 @@ func Example_kafka() {
 		Body: []byte(`{"order":1001}`),
 	})
 	fmt.Println("published:", err == nil)
-	fmt.Println("lanes are partitions:", c.Capabilities().LaneCap)
+	fmt.Println("lanes are partitions:", c.Capabilities().ExclusiveLanes)
 	// Output:
 	// published: true
 	// lanes are partitions: true

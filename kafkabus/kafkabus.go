@@ -90,7 +90,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Ordered:         true,
 		Lag:             driver.LagRecords,
-		LaneCap:         true,
+		ExclusiveLanes:  true,
 		Groups:          true,
 		Replay:          true,
 		MaxMessageBytes: int(c.cfg.maxMessageBytes) - recordOverhead,

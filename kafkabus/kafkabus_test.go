@@ -243,9 +243,9 @@ func TestTooLarge(t *testing.T) {
 		{ID: "small-2", Body: []byte("two"), Time: time.Now()},
 	}
 	err := c.Driver().Publish(ctxT(t), "big", ms, driver.PublishOptions{})
-	var be *driver.BatchError
+	var be *driver.MessageErrors
 	if !errors.As(err, &be) || len(be.Errs) != 3 {
-		t.Fatalf("Publish: got %v, want a *driver.BatchError with 3 entries", err)
+		t.Fatalf("Publish: got %v, want a *driver.MessageErrors with 3 entries", err)
 	}
 	if be.Errs[0] != nil || be.Errs[2] != nil {
 		t.Errorf("small messages failed: %v", be.Errs)

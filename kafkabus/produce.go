@@ -48,7 +48,7 @@ func record(topic string, m *driver.Message) *kgo.Record {
 // Publish implements driver.Conn. The batch is produced at once and
 // Publish waits for every record's acknowledgement at the durability
 // asked for (acks 0, 1 or all); records that fail are reported one by one
-// in a *driver.BatchError.
+// in a *driver.MessageErrors.
 func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions) error {
 	if err := c.checkOpen("publish", topic); err != nil {
 		return err
@@ -107,7 +107,7 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 		errs[i] = fmt.Errorf("kafkabus: publish %q: message %q: %w", topic, msgs[i].ID, classify(r.Err))
 	}
 	if errs != nil {
-		return &driver.BatchError{Errs: errs}
+		return &driver.MessageErrors{Errs: errs}
 	}
 	return nil
 }

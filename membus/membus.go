@@ -159,7 +159,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Ordered:         true,
 		Lag:             driver.LagRecords,
-		LaneCap:         true,
+		ExclusiveLanes:  true,
 		Groups:          true,
 		Replay:          true,
 		MaxMessageBytes: c.bus.cfg.MaxBytes,
@@ -225,7 +225,7 @@ func (c *conn) Publish(ctx context.Context, name string, msgs []*driver.Message,
 	t.notify = make(chan struct{})
 	t.mu.Unlock()
 	if errs != nil {
-		return &driver.BatchError{Errs: errs}
+		return &driver.MessageErrors{Errs: errs}
 	}
 	return nil
 }

@@ -156,7 +156,7 @@
 //     one partition at a time while it holds more than ceil(N/n), and,
 //     when none is free and a member has fewer than floor(N/n), the most
 //     loaded member (the lowest ID among equals) gives one up. Members
-//     beyond N get no partition (lane cap).
+//     beyond N get no partition (exclusive lanes).
 //
 // Leases decide who owns a partition, on every server. On servers with
 // pinned-client priority groups (nats-server 2.11 and later, which
@@ -337,7 +337,7 @@
 //
 // Publishing waits for JetStream's publish acks asynchronously, up to
 // publish_window messages per client at once; a batch reports failures
-// per message (a *driver.BatchError). The largest message is the server's
+// per message (a *driver.MessageErrors). The largest message is the server's
 // max_payload less 1 KiB for headers (1 MiB on a default server, 8 MiB on
 // the embedded one).
 //
@@ -351,7 +351,7 @@
 //	ordered lanes    no (one unordered lane, "0")        yes (lanes "0" ... "N-1", one member each)
 //	native nack      yes (NakWithDelay)                  yes, used by OrderNone only
 //	lag              depth (num_pending + num_ack_pending, per lane)
-//	lane cap         no                                  yes (at most N members get work)
+//	exclusive lanes  no                                  yes (at most N members get work)
 //	groups           yes                                 yes
 //	replay           yes (DeliverAll)                    yes (DeliverAll)
 //	max message      server max_payload - 1 KiB          server max_payload - 1 KiB

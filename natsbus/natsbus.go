@@ -405,7 +405,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 		MaxMessageBytes: int(c.nc.MaxPayload()) - 1024,
 	}
 	if c.cfg.partitions > 0 {
-		caps.Ordered, caps.LaneCap = true, true
+		caps.Ordered, caps.ExclusiveLanes = true, true
 	}
 	return caps
 }

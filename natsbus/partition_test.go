@@ -299,7 +299,7 @@ func TestEphemeralGroupLeavesNothing(t *testing.T) {
 			c := open(t, tt.url)
 			topic := topicName(t, base)
 			col := newCollector()
-			k, err := c.Subscribe(ctx, topic, col.handle, omnibus.Consumers(2))
+			k, err := c.Subscribe(ctx, topic, col.handle, omnibus.Members(2))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -173,7 +173,7 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 func batchResult(errs []error) error {
 	for _, err := range errs {
 		if err != nil {
-			return &driver.BatchError{Errs: errs}
+			return &driver.MessageErrors{Errs: errs}
 		}
 	}
 	return nil

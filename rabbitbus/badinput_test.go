@@ -72,7 +72,7 @@ func TestPublishTooLarge(t *testing.T) {
 		// The driver checks too, for callers of the driver itself.
 		dc := c.Driver()
 		err = dc.Publish(ctx, topic, []*driver.Message{{ID: "a"}, {ID: "b", Body: make([]byte, 1001)}}, driver.PublishOptions{})
-		var be *driver.BatchError
+		var be *driver.MessageErrors
 		if !errors.As(err, &be) || be.Errs[0] != nil || !errors.Is(be.Errs[1], driver.ErrTooLarge) {
 			t.Fatalf("driver Publish: got %v, want a *BatchError failing only message b with ErrTooLarge", err)
 		}

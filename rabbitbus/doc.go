@@ -125,7 +125,7 @@
 // connection without a round trip each. A message the server nacks fails
 // with ErrNacked, an unroutable one (mandatory=true) with ErrUnroutable
 // and driver.ErrNotFound, one over max_message_bytes with
-// driver.ErrTooLarge, each in a *driver.BatchError entry of its own. If
+// driver.ErrTooLarge, each in a *driver.MessageErrors entry of its own. If
 // the server closes the channel because a body is over its own
 // max_message_size, that message fails with ErrTooLarge and the others
 // are sent again.
@@ -174,7 +174,7 @@
 // Consuming (partitioned mode): a message's key picks one of the N
 // partition queues of each group (the consistent-hash exchange hashes
 // the routing key), so one key's messages stay in one queue, in order.
-// Lanes are the partition numbers "0".."N-1" (Ordered and LaneCap are
+// Lanes are the partition numbers "0".."N-1" (Ordered and ExclusiveLanes are
 // true). Every member consumes every partition queue, each on a channel
 // of its own; single-active-consumer makes one member active per queue
 // and the others wait in line. RabbitMQ 3.10 does not tell a consumer
@@ -241,7 +241,7 @@
 //	capability       rabbitbus                 rabbitbus?partitions=N
 //	ordered lanes    no (one unordered lane)   yes (N partition queues, single active consumer)
 //	lag              depth                     depth
-//	lane cap         no                        yes
+//	exclusive lanes  no                        yes
 //	groups           yes                       yes
 //	replay           no                        no
 //	native nack      yes (retry queues)        no (the engine retries in place)

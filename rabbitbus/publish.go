@@ -166,7 +166,7 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 		return err
 	}
 	if failed || slices.ContainsFunc(b.errs, func(e error) bool { return e != nil }) {
-		return &driver.BatchError{Errs: b.errs}
+		return &driver.MessageErrors{Errs: b.errs}
 	}
 	return nil
 }

@@ -300,7 +300,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Ordered:         part,
 		Lag:             driver.LagDepth,
-		LaneCap:         part,
+		ExclusiveLanes:  part,
 		Groups:          true,
 		Replay:          false,
 		MaxMessageBytes: c.cfg.maxBytes,

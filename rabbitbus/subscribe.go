@@ -535,7 +535,7 @@ func retryQueue(topic, group string, d time.Duration) string {
 // sent again after declaring the queue again, and fails if it is
 // returned again. A delivery whose republish failed is not acknowledged;
 // when some of the batch were republished and others not, the error is a
-// *driver.BatchError saying which.
+// *driver.MessageErrors saying which.
 func (s *sub) Nack(ctx context.Context, ds []*driver.Delivery, delay time.Duration) error {
 	if len(ds) == 0 {
 		return nil
@@ -603,7 +603,7 @@ func (s *sub) Nack(ctx context.Context, ds []*driver.Delivery, delay time.Durati
 	case failed == len(ds):
 		return results[0]
 	}
-	return &driver.BatchError{Errs: results}
+	return &driver.MessageErrors{Errs: results}
 }
 
 // errNotTried marks a delivery of a Nack whose republish never started.

@@ -564,7 +564,7 @@ func (s *suite) stuckHandlers(t *testing.T, members int, opts ...omnibus.Subscri
 		<-wait
 		return nil
 	}
-	k = s.subscribe(t, sub, topic, h, append(earliest(sub), append([]omnibus.SubscribeOption{omnibus.Consumers(members)}, opts...)...)...)
+	k = s.subscribe(t, sub, topic, h, append(earliest(sub), append([]omnibus.SubscribeOption{omnibus.Members(members)}, opts...)...)...)
 	t.Cleanup(release) // before the consumer's Close
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -671,7 +671,7 @@ func (s *suite) testRetryingKey(t *testing.T) {
 // published meanwhile wait: the lanes the member keeps go on flowing.
 func (s *suite) testRevocationKeepsOtherLanes(t *testing.T) {
 	pub, sub := s.open(t), s.open(t)
-	need(t, pub.Capabilities().LaneCap, "LaneCap")
+	need(t, pub.Capabilities().ExclusiveLanes, "ExclusiveLanes")
 	if s.h.Lanes < 2 {
 		t.Skip("SKIP (harness Lanes): with one lane nothing stays when a lane moves")
 	}
@@ -846,7 +846,7 @@ func (s *suite) handlerCalls(t *testing.T, members int, call func(*omnibus.Consu
 		mu.Unlock()
 		return nil
 	}
-	k, err := c.Subscribe(ctxT(t), topic, h, append(earliest(c), omnibus.Consumers(members), omnibus.DrainTimeout(2*time.Second))...)
+	k, err := c.Subscribe(ctxT(t), topic, h, append(earliest(c), omnibus.Members(members), omnibus.DrainTimeout(2*time.Second))...)
 	if err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}

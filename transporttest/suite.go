@@ -362,11 +362,11 @@ func (s *suite) testGroupTakeover(t *testing.T) {
 		col.add(m)
 		return nil
 	}
-	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.Group("takeover"), omnibus.Consumers(2), omnibus.DrainTimeout(10*time.Second))...)
+	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.Group("takeover"), omnibus.Members(2), omnibus.DrainTimeout(10*time.Second))...)
 	stop := run(t, k)
 	const n = 4000
 	ids := publishN(t, pub, topic, n/2, 40, 32)
-	if pub.Capabilities().LaneCap {
+	if pub.Capabilities().ExclusiveLanes {
 		// Both members hold lanes. Messages keep coming while we wait: on
 		// some transports a member learns it holds a lane from its first
 		// delivery.
