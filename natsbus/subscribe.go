@@ -308,6 +308,11 @@ type reader struct {
 	pulled    []uint64
 	floor     uint64
 	nacked    map[uint64]struct{}
+	// recent is the last sequences this reader acknowledged (a ring, next
+	// write at recentAt), for a plain reader to know a second delivery of
+	// one. Guarded by sub.mu.
+	recent   [recentAcks]uint64
+	recentAt int
 
 	// Partitioned mode: the lane's lease. After deadline (unix
 	// nanoseconds; 0 without a lease) or once lost, the lane may belong
@@ -352,8 +357,21 @@ func (r *reader) pulledLocked(seq uint64) bool {
 
 // pullLocked remembers that r pulled seq, above any it pulled before.
 // Called with sub.mu.
+// recentAcks is how many acknowledged sequences a plain reader remembers.
+const recentAcks = 256
+
+// ackedRecentlyLocked reports whether r acknowledged seq lately.
+func (r *reader) ackedRecentlyLocked(seq uint64) bool {
+	for _, q := range r.recent {
+		if q == seq {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *reader) pullLocked(seq uint64) {
-	r.top = seq
+	r.top = max(r.top, seq)
 	if !r.exclusive {
 		return
 	}
@@ -688,6 +706,9 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
 		if s.held.remove(h) && h.r.valid(now) {
 			msgs = append(msgs, h.msg)
 			switch {
+			case ack && !h.r.exclusive:
+				h.r.recent[h.r.recentAt] = h.seq
+				h.r.recentAt = (h.r.recentAt + 1) % recentAcks
 			case ack && h.seq > h.r.acked.Load():
 				h.r.acked.Store(h.seq) // under s.mu: no lost update
 			case !ack && h.r.exclusive:
