@@ -1,5 +1,10 @@
 package natsbus
 
+// The held set: what a member pulled and did not settle, in pull order,
+// and hold, which takes a pulled message in or drops it as a copy of one
+// held or settled. hold runs on a pump; sub.mu guards the set and the
+// readers' pulled sequences.
+
 import (
 	"iter"
 	"strconv"
