@@ -90,8 +90,6 @@ func (r *reader) pulledLocked(seq uint64) bool {
 	return found
 }
 
-// pullLocked remembers that r pulled seq, above any it pulled before.
-// Called with sub.mu.
 // recentAcks is how many acknowledged sequences a plain reader remembers.
 const recentAcks = 256
 
@@ -105,6 +103,8 @@ func (r *reader) ackedRecentlyLocked(seq uint64) bool {
 	return false
 }
 
+// pullLocked remembers that r pulled seq, above any it pulled before.
+// Called with sub.mu.
 func (r *reader) pullLocked(seq uint64) {
 	r.top = max(r.top, seq)
 	if !r.exclusive {
