@@ -78,7 +78,17 @@ func deleteGroup(ctx context.Context, t testing.TB, rawURL, topic, group string)
 		t.Fatalf("stream %q has no consumer of group %q", name, group)
 	}
 	for _, c := range names {
-		if err := stream.DeleteConsumer(ctx, c); err != nil {
+		// A 2.9 server can fail a delete while the consumer's directory is
+		// still being written ("directory not empty"): try again.
+		var err error
+		for try := 0; try < 20; try++ {
+			if err = stream.DeleteConsumer(ctx, c); err == nil || errors.Is(err, jetstream.ErrConsumerNotFound) {
+				err = nil
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
 			t.Fatalf("delete consumer %q of stream %q: %v", c, name, err)
 		}
 	}
