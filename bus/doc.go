@@ -1,0 +1,2 @@
+// Package bus is a service bus over omnibus.
+package bus
