@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/omnibus-go/omnibus"
 )
@@ -58,19 +57,12 @@ const (
 	// command's ID) and the replies to it, which go to the waiting
 	// Request and nowhere else.
 	HeaderRequestID = "requestid"
-	// HeaderProbeFor names the service a start-up probe is for (see
-	// Bus.Start).
-	HeaderProbeFor = "probefor"
 )
 
-// Message types of the bus's own messages.
-const (
-	// TypeFault is a reply saying that a request failed permanently in
-	// the handling service; Request returns it as a *FaultError.
-	TypeFault = "omnibus.bus.Fault"
-	// TypeProbe is a start-up probe and its answer (see Bus.Start).
-	TypeProbe = "omnibus.bus.Probe"
-)
+// TypeFault is the message type of a reply saying that a request failed
+// permanently in the handling service; Request returns it as a
+// *FaultError.
+const TypeFault = "omnibus.bus.Fault"
 
 // Bus is one instance of a service on the bus: it holds the service's
 // handlers, sends its messages and runs its consumers. Create it with
@@ -344,17 +336,12 @@ func (b *Bus) ensureTopic(ctx context.Context, topic string) error {
 }
 
 // Start creates the instance's topics, joins its consumer groups and
-// runs its consumers. It returns once every consumer is known to
-// receive, so that a message sent after Start returns is not missed by a
-// group that did not exist before (a new Kafka group starts at the end of
-// the log when it first claims its partitions, which takes a moment):
-// it publishes a probe (type [TypeProbe]) to each topic the instance
-// reads and waits until its group answered it (any member: for a group
-// that exists, another instance may answer) and until its own reply path
-// delivered a probe to itself. Probes lost before a group's first claim
-// are sent again, every 250ms doubling to 2s, until ctx ends; the bus's
-// handlers skip probes, other readers of the topics see them. Handlers
-// cannot be registered after Start.
+// runs its consumers. When it returns, every group of the instance is in
+// place, so a message sent after Start returns reaches the instance's
+// groups: omnibus.Client.Subscribe returns once the transport has placed
+// the group (a Kafka group's first assignment, with its start
+// committed; a RabbitMQ queue declared; a JetStream consumer created).
+// Handlers cannot be registered after Start.
 func (b *Bus) Start(ctx context.Context) error {
 	b.mu.Lock()
 	if b.started || b.stopped {
@@ -384,27 +371,13 @@ func (b *Bus) Start(ctx context.Context) error {
 		r.consumer = k
 		b.mu.Unlock()
 		b.runs.Go(func() {
-			if err := k.Run(context.Background()); err != nil {
+			// ErrClosed: stopped before Run began.
+			if err := k.Run(context.Background()); err != nil && !errors.Is(err, omnibus.ErrClosed) {
 				b.mu.Lock()
 				b.runErrs = append(b.runErrs, fmt.Errorf("bus: consumer of %q: %w", r.topic, err))
 				b.mu.Unlock()
 			}
 		})
-	}
-	// The reply path first: the groups answer probes through it.
-	if err := b.probe(ctx, b.replies, b.instance); err != nil {
-		return b.failStart(err)
-	}
-	errs := make(chan error, len(routes))
-	for _, r := range routes[1:] {
-		go func() { errs <- b.probe(ctx, r, b.service) }()
-	}
-	var all []error
-	for range routes[1:] {
-		all = append(all, <-errs)
-	}
-	if err := errors.Join(all...); err != nil {
-		return b.failStart(err)
 	}
 	return nil
 }
@@ -440,34 +413,6 @@ func batchResult(errs []error) error {
 		}
 	}
 	return nil
-}
-
-// probe publishes probes to r's topic until the group answers (for a
-// reply route: until the instance receives its own probe), or ctx ends.
-func (b *Bus) probe(ctx context.Context, r *route, forWhom string) error {
-	id := omnibus.NewID()
-	ch := b.await(id)
-	defer b.forget(id)
-	m := &omnibus.Message{ID: id, Type: TypeProbe, Source: b.service, Headers: map[string]string{
-		HeaderProbeFor: forWhom, HeaderReplyTo: b.replies.topic, HeaderReplyInstance: b.instance, HeaderRequestID: id,
-	}}
-	wait := 250 * time.Millisecond
-	for {
-		if err := b.c.Publish(ctx, r.topic, m); err != nil {
-			return fmt.Errorf("bus: probe %q: %w", r.topic, err)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ch:
-			t.Stop()
-			return nil
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("bus: probe %q: no answer from group %q: %w", r.topic, forWhom, ctx.Err())
-		case <-t.C:
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
 }
 
 // await registers a waiter for the reply to request id.

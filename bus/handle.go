@@ -226,7 +226,7 @@ func (b *Bus) receive(ctx context.Context, r *route, ms []*omnibus.Message) []er
 	errs := make([]error, len(ms))
 	for i := 0; i < len(ms); {
 		m := ms[i]
-		if b.intercept(ctx, r, m) {
+		if b.intercept(r, m) {
 			i++
 			continue
 		}
@@ -288,34 +288,22 @@ func (b *Bus) run(ctx context.Context, h *handler, call *Call, errs []error) {
 }
 
 // special reports whether m is handled by the bus itself, not by a
-// handler: a probe, or on the reply route a reply to someone else or to a
+// handler: on the reply route, a reply to another instance or to a
 // Request.
 func (b *Bus) special(r *route, m *omnibus.Message) bool {
-	if m.Type == TypeProbe {
-		return true
-	}
 	return r.kind == Reply && (m.Headers[HeaderReplyInstance] != b.instance || m.Headers[HeaderRequestID] != "")
 }
 
 // intercept handles what the bus handles itself (see special) and
 // reports whether it did; such messages are settled.
-func (b *Bus) intercept(ctx context.Context, r *route, m *omnibus.Message) bool {
-	if !b.special(r, m) {
-		return false
-	}
+func (b *Bus) intercept(r *route, m *omnibus.Message) bool {
 	switch {
-	case r.kind == Reply && m.Headers[HeaderReplyInstance] != b.instance:
-		if m.Type != TypeProbe {
-			b.stats.other.Add(1)
-		}
-	case r.kind == Reply:
-		if !b.deliver(m.Headers[HeaderRequestID], m) && m.Type != TypeProbe {
-			b.stats.late.Add(1)
-		}
-	case m.Headers[HeaderProbeFor] == b.service:
-		// A group's probe: answer it through the prober's reply path.
-		// If the answer cannot be sent, the prober sends another probe.
-		_ = b.answer(ctx, m, &omnibus.Message{Type: TypeProbe, Source: b.service})
+	case !b.special(r, m):
+		return false
+	case m.Headers[HeaderReplyInstance] != b.instance:
+		b.stats.other.Add(1)
+	case !b.deliver(m.Headers[HeaderRequestID], m):
+		b.stats.late.Add(1)
 	}
 	return true
 }

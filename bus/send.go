@@ -25,7 +25,7 @@ type Dispatch struct {
 type Sender func(ctx context.Context, d *Dispatch) error
 
 // SendMiddleware wraps sends: Send, Publish, Request and Reply (faults
-// included; the start-up probes are not sends). Middleware given to
+// included). Middleware given to
 // [UseSend] runs in the order given, the first outermost, on every
 // transport: after the bus has encoded the messages and set their
 // headers, and around the publish. It may change headers (tracing), or
@@ -157,21 +157,13 @@ func (b *Bus) addressReply(r, m *omnibus.Message) {
 	}
 }
 
-// answer publishes r, a message the bus makes itself (a fault, a probe's
-// answer), as the reply to m. Faults pass the send middleware; probes'
-// answers do not.
+// answer publishes r, a message the bus makes itself (a fault), as the
+// reply to m, through the send middleware.
 func (b *Bus) answer(ctx context.Context, m, r *omnibus.Message) error {
-	if r.Headers == nil {
-		r.Headers = map[string]string{}
-	}
+	r.ID, r.Headers = omnibus.NewID(), map[string]string{}
 	b.addressReply(r, m)
-	to := m.Headers[HeaderReplyTo]
-	if r.Type == TypeProbe {
-		return b.publishTo(ctx, to, r)
-	}
-	r.ID = omnibus.NewID()
 	b.correlate(ctx, r)
-	return b.send(ctx, &Dispatch{Service: b.service, Kind: Reply, Topic: to, Messages: []*omnibus.Message{r}, Values: []any{nil}})
+	return b.send(ctx, &Dispatch{Service: b.service, Kind: Reply, Topic: m.Headers[HeaderReplyTo], Messages: []*omnibus.Message{r}, Values: []any{nil}})
 }
 
 // dispatch encodes values as messages of kind, lets edit adjust each,
@@ -253,14 +245,10 @@ func (b *Bus) correlate(ctx context.Context, m *omnibus.Message) {
 
 // publish is the innermost Sender.
 func (b *Bus) publish(ctx context.Context, d *Dispatch) error {
-	return b.publishTo(ctx, d.Topic, d.Messages...)
-}
-
-func (b *Bus) publishTo(ctx context.Context, topic string, ms ...*omnibus.Message) error {
-	if err := b.ensureTopic(ctx, topic); err != nil {
+	if err := b.ensureTopic(ctx, d.Topic); err != nil {
 		return err
 	}
-	if err := b.c.Publish(ctx, topic, ms...); err != nil {
+	if err := b.c.Publish(ctx, d.Topic, d.Messages...); err != nil {
 		return fmt.Errorf("bus: %w", err)
 	}
 	return nil
