@@ -41,7 +41,7 @@ type transport struct {
 	// url returns the URL of the transport for test t, and registers the
 	// removal of what the test creates under namespace ns on a shared
 	// server.
-	url func(t *testing.T, ns string) string
+	url func(t testing.TB, ns string) string
 }
 
 var (
@@ -59,8 +59,8 @@ const (
 
 // transports are the transports every scenario runs on.
 var transports = []transport{
-	{name: "membus", url: func(t *testing.T, ns string) string { return "mem://" + ns }},
-	{name: "kafka", url: func(t *testing.T, ns string) string {
+	{name: "membus", url: func(t testing.TB, ns string) string { return "mem://" + ns }},
+	{name: "kafka", url: func(t testing.TB, ns string) string {
 		c, err := kfake.NewCluster(kfake.NumBrokers(3))
 		if err != nil {
 			t.Fatalf("kfake: %v", err)
@@ -68,12 +68,12 @@ var transports = []transport{
 		t.Cleanup(c.Close)
 		return "kafka://" + strings.Join(c.ListenAddrs(), ",") + "?" + kafkaParams
 	}},
-	{name: "rabbitmq", url: func(t *testing.T, ns string) string {
+	{name: "rabbitmq", url: func(t testing.TB, ns string) string {
 		testenv.Require(t, "RabbitMQ", rabbitAddr, startRabbit)
 		t.Cleanup(func() { deleteRabbit(t, ns) })
 		return rabbitURL
 	}},
-	{name: "nats", url: func(t *testing.T, ns string) string {
+	{name: "nats", url: func(t testing.TB, ns string) string {
 		u, err := url.Parse(natsURL)
 		if err != nil {
 			t.Fatalf("NATS_URL %q: %v", natsURL, err)
@@ -82,7 +82,7 @@ var transports = []transport{
 		t.Cleanup(func() { deleteStreams(t, ns) })
 		return natsURL
 	}},
-	{name: "nats-embedded", url: func(t *testing.T, ns string) string {
+	{name: "nats-embedded", url: func(t testing.TB, ns string) string {
 		return "nats://embedded?dir=" + t.TempDir()
 	}},
 }
