@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/bus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // Refund is a command billing has no handler for.
@@ -34,53 +36,47 @@ func (brokenCodec) Unmarshal(data []byte, v any) error {
 	return bus.JSON.Unmarshal(data, v)
 }
 
+// consume runs h over topic in group until the test ends.
+func consume(t testing.TB, ctx context.Context, c *omnibus.Client, topic, group string, h omnibus.Handler) {
+	t.Helper()
+	k, err := c.Subscribe(ctx, topic, h, omnibus.Group(group))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = k.Run(ctx) }()
+	t.Cleanup(func() { _ = k.Close() })
+}
+
 // deadLetters reads topic's dead-letter topic from now on and returns
-// what it got so far, by order, with the reason.
-func deadLetters(t *testing.T, ctx context.Context, c *omnibus.Client, topic string) func() map[string]string {
+// what it got so far: the reasons of each order's dead letters.
+func deadLetters(t testing.TB, ctx context.Context, c *omnibus.Client, topic string) func() map[string][]string {
 	t.Helper()
 	dlq := topic + ".dlq"
 	if err := c.CreateTopic(ctx, dlq, 1); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	got := map[string]string{}
-	k, err := c.Subscribe(ctx, dlq, func(ctx context.Context, m *omnibus.Message) error {
+	got := map[string][]string{}
+	consume(t, ctx, c, dlq, "dlq-reader", func(ctx context.Context, m *omnibus.Message) error {
 		order, _, _ := strings.Cut(strings.TrimPrefix(string(m.Body), `{"order":"`), `"`)
 		mu.Lock()
-		got[order] = m.Headers[omnibus.HeaderDeadReason]
+		got[order] = append(got[order], m.Headers[omnibus.HeaderDeadReason])
 		mu.Unlock()
 		return nil
-	}, omnibus.Group("dlq-reader"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = k.Run(ctx) }()
-	t.Cleanup(func() { _ = k.Close() })
-	return func() map[string]string {
+	})
+	return func() map[string][]string {
 		mu.Lock()
 		defer mu.Unlock()
-		cp := map[string]string{}
-		for k, v := range got {
-			cp[k] = v
-		}
-		return cp
+		return maps.Clone(got)
 	}
 }
 
-// eventually polls fn until it returns nil, failing t after timeout.
-func eventually(t testing.TB, timeout time.Duration, fn func() error) {
+// eventually polls fn until it returns nil, failing t with its last
+// error after d.
+func eventually(t testing.TB, d time.Duration, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var last error
+	transporttest.Eventually(t, d, func() bool { last = fn(); return last == nil }, func() string { return last.Error() })
 }
 
 func start(t testing.TB, ctx context.Context, b *bus.Bus) {
@@ -153,7 +149,7 @@ func TestBadInput(t *testing.T) {
 				for order, reason := range want {
 					if r, ok := got[order]; !ok {
 						return fmt.Errorf("no dead letter of %s (got %v)", order, got)
-					} else if !strings.Contains(r, reason) {
+					} else if !strings.Contains(r[0], reason) {
 						return fmt.Errorf("dead letter of %s: reason %q, want it to contain %q", order, r, reason)
 					}
 				}

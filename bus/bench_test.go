@@ -33,15 +33,10 @@ func BenchmarkLatency(b *testing.B) {
 					b.Fatal(err)
 				}
 				got := make(chan time.Time, 1)
-				k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+				consume(b, ctx, c, topic, "raw", func(ctx context.Context, m *omnibus.Message) error {
 					got <- time.Now()
 					return nil
-				}, omnibus.Group("raw"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				go func() { _ = k.Run(ctx) }()
-				b.Cleanup(func() { _ = k.Close() })
+				})
 				pub := open(b, rawURL)
 				measure(b, func() time.Duration {
 					t0 := time.Now()

@@ -415,12 +415,17 @@ func batchResult(errs []error) error {
 	return nil
 }
 
-// await registers a waiter for the reply to request id.
+// await registers a waiter for the reply to request id. A stopped bus
+// returns a closed channel: no reply will come.
 func (b *Bus) await(id string) chan *omnibus.Message {
 	ch := make(chan *omnibus.Message, 1)
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		close(ch)
+		return ch
+	}
 	b.pending[id] = ch
-	b.mu.Unlock()
 	return ch
 }
 

@@ -15,7 +15,7 @@ import (
 type (
 	Charge  struct{ Order string }
 	Receipt struct{ Order, Number string }
-	Paid    struct{ Order string }
+	Paid    struct{ Order, Receipt string }
 )
 
 // Three services in one process, on an embedded NATS server: orders
@@ -42,7 +42,7 @@ func Example() {
 		if err := inv.Reply(ctx, Receipt{Order: c.Order, Number: "r-1"}); err != nil {
 			return err
 		}
-		return billing.Publish(ctx, Paid{Order: c.Order})
+		return billing.Publish(ctx, Paid{Order: c.Order, Receipt: "r-1"})
 	}))
 	paid := make(chan string, 1)
 	check(bus.HandleEvent(shipping, "billing", func(ctx context.Context, inv bus.Invocation, e Paid) error {

@@ -109,30 +109,11 @@ func scenario(t *testing.T, rawURL, ns string, orders int) {
 	fast := bus.Subscribe(omnibus.Backoff(20*time.Millisecond, 200*time.Millisecond))
 
 	// The dead-letter topic of billing's commands, read from the start.
-	probe, err := bus.New(open(t, rawURL), "probe", bus.Namespace(ns))
+	namer, err := bus.New(open(t, rawURL), "namer", bus.Namespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dlqTopic := probe.CommandTopic("billing") + ".dlq"
-	dlqClient := open(t, rawURL)
-	if err := dlqClient.CreateTopic(ctx, dlqTopic, 1); err != nil {
-		t.Fatal(err)
-	}
-	type dead struct{ order, reason string }
-	var deadMu sync.Mutex
-	var deads []dead
-	dlq, err := dlqClient.Subscribe(ctx, dlqTopic, func(ctx context.Context, m *omnibus.Message) error {
-		deadMu.Lock()
-		defer deadMu.Unlock()
-		order, _, _ := strings.Cut(strings.TrimPrefix(string(m.Body), `{"order":"`), `"`)
-		deads = append(deads, dead{order: order, reason: m.Headers[omnibus.HeaderDeadReason]})
-		return nil
-	}, omnibus.Group("dlq-reader"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = dlq.Run(ctx) }()
-	t.Cleanup(func() { _ = dlq.Close() })
+	deadLettered := deadLetters(t, ctx, open(t, rawURL), namer.CommandTopic("billing"))
 
 	// Billing: two instances, one group.
 	var billings []*bus.Bus
@@ -221,23 +202,14 @@ func scenario(t *testing.T, rawURL, ns string, orders int) {
 		ordersBus = append(ordersBus, b)
 	}
 
-	start := time.Now()
+	begin := time.Now()
 	for _, b := range append(append(billings, shipping), ordersBus...) {
-		if err := b.Start(ctx); err != nil {
-			t.Fatalf("Start %s: %v", b.Service(), err)
-		}
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := b.Shutdown(sctx); err != nil {
-				t.Errorf("Shutdown %s: %v", b.Service(), err)
-			}
-		})
+		start(t, ctx, b)
 	}
-	t.Logf("started 6 instances in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("started 6 instances in %v", time.Since(begin).Round(time.Millisecond))
 
 	// Send: 16 senders over the order numbers; orders in chunks of 50.
-	start = time.Now()
+	begin = time.Now()
 	var wg sync.WaitGroup
 	const senders, chunk = 16, 50
 	errs := make(chan error, senders)
@@ -274,7 +246,7 @@ func scenario(t *testing.T, rawURL, ns string, orders int) {
 	for err := range errs {
 		t.Fatalf("send: %v", err)
 	}
-	sent := time.Since(start)
+	sent := time.Since(begin)
 
 	// Everything arrives.
 	nPermanent := 0
@@ -283,11 +255,10 @@ func scenario(t *testing.T, rawURL, ns string, orders int) {
 			nPermanent++
 		}
 	}
-	missing := func() string {
+	missing := func() error {
+		deads := deadLettered()
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		deadMu.Lock()
-		defer deadMu.Unlock()
 		var miss []string
 		count := func(what string, n int) {
 			if n > 0 {
@@ -329,23 +300,19 @@ func scenario(t *testing.T, rawURL, ns string, orders int) {
 		count("OrderPlaced not seen by shipping", shippingSaw)
 		count("PaymentCaptured not seen by shipping", captured)
 		count("dead letters missing", nPermanent-len(deads))
-		return strings.Join(miss, ", ")
-	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for m := missing(); m != ""; m = missing() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", time.Since(start).Round(time.Millisecond), m)
+		if len(miss) > 0 {
+			return errors.New(strings.Join(miss, ", "))
 		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
 	}
-	done := time.Since(start)
+	eventually(t, 3*time.Minute, missing)
+	done := time.Since(begin)
 
 	// Check what arrived.
 	time.Sleep(200 * time.Millisecond) // let a late duplicate show
+	deads := deadLettered()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	deadMu.Lock()
-	defer deadMu.Unlock()
 	dups := map[string]int{}
 	for i := range orders {
 		o := "o" + strconv.Itoa(i)
@@ -364,19 +331,16 @@ func scenario(t *testing.T, rawURL, ns string, orders int) {
 			t.Errorf("PaymentCaptured of %s: causation %q, want the ChargeCard's ID %q", o, l.capturedBy[o], l.commandID[o])
 		}
 	}
-	seen := map[string]bool{}
-	for _, d := range deads {
-		i := orderNo(d.order)
-		if !permanent(i) {
-			t.Errorf("dead letter of order %q, which was not to fail permanently (reason %q)", d.order, d.reason)
+	for order, reasons := range deads {
+		if !permanent(orderNo(order)) {
+			t.Errorf("dead letter of order %q, which was not to fail permanently (reasons %q)", order, reasons)
 		}
-		if !strings.Contains(d.reason, "card declined for order "+d.order) {
-			t.Errorf("dead letter of %s: reason %q, want the handler's error", d.order, d.reason)
+		for _, r := range reasons {
+			if !strings.Contains(r, "card declined for order "+order) {
+				t.Errorf("dead letter of %s: reason %q, want the handler's error", order, r)
+			}
 		}
-		if seen[d.order] {
-			dups["dead letters"]++
-		}
-		seen[d.order] = true
+		dups["dead letters"] += len(reasons) - 1
 	}
 	if len(l.replyWrong) > 0 {
 		t.Errorf("%d replies reached the wrong instance or lost their correlation, first %v", len(l.replyWrong), l.replyWrong[:min(5, len(l.replyWrong))])
