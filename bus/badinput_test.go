@@ -108,10 +108,17 @@ func TestBadInput(t *testing.T) {
 
 			billing, err := bus.New(open(t, rawURL), "billing", bus.Namespace(ns), bus.WithCodec(brokenCodec{}))
 			must(t, err)
-			release := make(chan struct{})
+			release, held, holding := make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
 			must(t, bus.HandleCommand(billing, func(ctx context.Context, inv bus.Invocation, c ChargeCard) error {
-				if c.Order == "slow" {
+				switch c.Order {
+				case "slow":
 					<-release
+				case "held":
+					select {
+					case holding <- struct{}{}:
+					default:
+					}
+					<-held
 				}
 				return inv.Reply(ctx, Charged{Order: c.Order})
 			}))
@@ -121,6 +128,7 @@ func TestBadInput(t *testing.T) {
 			start(t, ctx, billing)
 			start(t, ctx, orders)
 			defer close(release)
+			defer close(held)
 
 			// A type nobody handles, sent and requested.
 			must(t, orders.Send(ctx, "billing", Refund{Order: "refund-sent"}))
@@ -159,13 +167,26 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("billing's stats %+v, want Unhandled 2 and Undecoded 2", s)
 			}
 
-			// A Request whose deadline passes; its reply comes later.
+			// A Request whose deadline passes; its reply comes later, while
+			// another Request waits, and goes to no one.
 			rctx, rcancel = context.WithTimeout(ctx, 300*time.Millisecond)
 			_, err = bus.Request[Charged](rctx, orders, "billing", ChargeCard{Order: "slow"})
 			rcancel()
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Request past its deadline: %v, want context.DeadlineExceeded", err)
 			}
+			type answer struct {
+				r   Charged
+				err error
+			}
+			waiting := make(chan answer, 1)
+			go func() {
+				rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+				defer rcancel()
+				r, err := bus.Request[Charged](rctx, orders, "billing", ChargeCard{Order: "held"})
+				waiting <- answer{r, err}
+			}()
+			<-holding
 			release <- struct{}{}
 			eventually(t, time.Minute, func() error {
 				if s := orders.Stats(); s.LateReplies != 1 || s.Timeouts != 1 {
@@ -173,11 +194,9 @@ func TestBadInput(t *testing.T) {
 				}
 				return nil
 			})
-			rctx, rcancel = context.WithTimeout(ctx, 30*time.Second)
-			r, err := bus.Request[Charged](rctx, orders, "billing", ChargeCard{Order: "fast"})
-			rcancel()
-			if err != nil || r.Order != "fast" {
-				t.Errorf("Request after a late reply: %+v, %v; want the reply of fast", r, err)
+			held <- struct{}{}
+			if a := <-waiting; a.err != nil || a.r.Order != "held" {
+				t.Errorf("Request waiting while a late reply came: %+v, %v; want the reply of held", a.r, a.err)
 			}
 		})
 	}
