@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/goleak"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/testenv"
@@ -27,12 +28,13 @@ import (
 )
 
 // TestMain silences the engine's logs (the injected handler failures log
-// each) unless BUS_LOG is set.
+// each) unless BUS_LOG is set, and fails when a goroutine outlives the
+// tests.
 func TestMain(m *testing.M) {
 	if os.Getenv("BUS_LOG") == "" {
 		slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // transport is one transport the bus's tests run on.
