@@ -225,6 +225,12 @@ func TestRegistration(t *testing.T) {
 		t.Errorf("handler of an unnamed type: %v, want ErrInvalid", err)
 	}
 	start(t, ctx, b)
+	subs := fmt.Sprint(b.Subscriptions())
+	for _, want := range []string{"{reply bus.billing.replies omnibus-", "{command bus.billing.commands billing}", "{event bus.orders.events billing}", "{event bus.shipping.events billing}"} {
+		if !strings.Contains(subs, want) {
+			t.Errorf("Subscriptions %s, want one like %s", subs, want)
+		}
+	}
 	if err := bus.HandleReply(b, func(context.Context, bus.Invocation, Charged) error { return nil }); !errors.Is(err, bus.ErrStarted) {
 		t.Errorf("handler registered after Start: %v, want ErrStarted", err)
 	}

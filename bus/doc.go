@@ -17,7 +17,7 @@
 //
 //	// in the order service
 //	err = orders.Send(ctx, "billing", ChargeCard{Order: "o-1"})
-//	charged, err := bus.Request[Charged](ctx, orders, "billing", ChargeCard{Order: "o-2"})
+//	charged, err := bus.Request[Charged](ctx, orders, "billing", ChargeCard{Order: "o-2"}) // ctx has a deadline
 //	err = orders.Publish(ctx, OrderPlaced{Order: "o-3"})
 //
 // # Topology
