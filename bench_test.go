@@ -88,6 +88,41 @@ func BenchmarkNoopHandler(b *testing.B) {
 	}
 }
 
+// noopHook is a hook of every kind that does nothing.
+type noopHook struct{}
+
+func (noopHook) OnHandle(ctx context.Context, _ string, _ []*omnibus.Message) (context.Context, func(error)) {
+	return ctx, nil
+}
+func (noopHook) OnFetch(omnibus.FetchInfo)  {}
+func (noopHook) OnSettle(omnibus.Event)     {}
+func (noopHook) OnRetry(omnibus.Event)      {}
+func (noopHook) OnDeadLetter(omnibus.Event) {}
+func (noopHook) OnCommit(omnibus.Event)     {}
+func (noopHook) OnLanes(omnibus.Event)      {}
+
+// BenchmarkHooks is BenchmarkNoopHandler in key mode without hooks and
+// with a hook of every kind that does nothing: what hooks cost per
+// message, allocations included (none without hooks).
+func BenchmarkHooks(b *testing.B) {
+	for _, name := range []string{"none", "every-kind"} {
+		b.Run("hooks="+name, func(b *testing.B) {
+			c := benchClient(b, 4)
+			publishBacklog(b, c, "bench", b.N, 1000, 100)
+			opts := []omnibus.SubscribeOption{omnibus.Order(omnibus.OrderKey), omnibus.MaxInFlight(256)}
+			if name != "none" {
+				opts = append(opts, omnibus.Hooks(noopHook{}))
+			}
+			runtime.GC()
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			consume(b, c, "bench", b.N, func() {}, opts...)
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+		})
+	}
+}
+
 // BenchmarkDrainBacklog drains 200,000 messages of 1 KiB with an in-flight
 // bound of 1,000 and reports the peak live heap above what the backlog
 // itself holds: it stays near the bound's worth, whatever the backlog's

@@ -37,6 +37,7 @@ type Client struct {
 	scheme     string
 	durability Durability
 	logger     *slog.Logger
+	hooks      hookSet
 
 	mu        sync.Mutex
 	closed    bool
@@ -49,6 +50,7 @@ type Option func(*clientConfig) error
 type clientConfig struct {
 	durability *Durability
 	logger     *slog.Logger
+	hooks      []Hook
 }
 
 // WithDurability sets the durability of every Publish on the client.
@@ -165,6 +167,7 @@ func newClient(conn driver.Conn, scheme, name string, cfg clientConfig) *Client 
 	if cfg.durability != nil {
 		c.durability = *cfg.durability
 	}
+	c.hooks.add(cfg.hooks...)
 	return c
 }
 
@@ -226,8 +229,6 @@ func (c *Client) Publish(ctx context.Context, topic string, msgs ...*Message) er
 		return nil
 	}
 	now := time.Now()
-	dms := make([]driver.Message, len(msgs))
-	ptrs := make([]*driver.Message, len(msgs))
 	for i, m := range msgs {
 		if m == nil {
 			return fmt.Errorf("omnibus: publish %q: message %d is nil: %w", topic, i, ErrInvalid)
@@ -237,10 +238,25 @@ func (c *Client) Publish(ctx context.Context, topic string, msgs ...*Message) er
 				return fmt.Errorf("omnibus: publish %q: message %d: header %q is a CloudEvents binding's name (set ContentType for the content type): %w", topic, i, k, ErrInvalid)
 			}
 		}
-		dms[i] = toDriver(m, now)
+		fill(m, now)
+	}
+	var end func(error)
+	if hs := c.hooks.publish; len(hs) > 0 {
+		ctx, end = wrap(ctx, hs, func(h PublishHook, ctx context.Context) (context.Context, func(error)) {
+			return h.OnPublish(ctx, topic, msgs)
+		})
+	}
+	dms := make([]driver.Message, len(msgs))
+	ptrs := make([]*driver.Message, len(msgs))
+	for i, m := range msgs {
+		dms[i] = toDriver(m)
 		ptrs[i] = &dms[i]
 	}
-	return c.publish(ctx, topic, ptrs, driver.PublishOptions{Durability: c.durability})
+	err := c.publish(ctx, topic, ptrs, driver.PublishOptions{Durability: c.durability})
+	if end != nil {
+		end(err)
+	}
+	return err
 }
 
 func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions) error {

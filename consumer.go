@@ -41,6 +41,8 @@ type Consumer struct {
 	handler Handler
 	batch   BatchHandler
 	logger  *slog.Logger
+	hooks   hookSet         // the client's, then the consumer's
+	values  context.Context // Subscribe's context without its cancellation: the handlers' parent
 
 	settledMu sync.Mutex
 	settled   map[string]*atomic.Int64 // per lane id, across members and claims
@@ -104,9 +106,13 @@ func (c *Client) subscribe(ctx context.Context, topic string, h Handler, bh Batc
 		handler: h,
 		batch:   bh,
 		logger:  c.logger.With("topic", topic, "group", cfg.group),
+		values:  context.WithoutCancel(ctx),
 		settled: map[string]*atomic.Int64{},
 		done:    make(chan struct{}),
 	}
+	var own hookSet
+	own.add(cfg.hooks...)
+	k.hooks = c.hooks.with(own)
 	if err := c.addConsumer(k); err != nil {
 		return nil, fmt.Errorf("omnibus: subscribe %q: %w", topic, err)
 	}

@@ -101,6 +101,7 @@ func (m *member) fetchLoop(ctx context.Context) {
 			m.mu.Unlock()
 			continue
 		}
+		began := time.Now()
 		ds, err := m.sub.Receive(ctx, room)
 		if err != nil {
 			m.mu.Lock()
@@ -126,8 +127,12 @@ func (m *member) fetchLoop(ctx context.Context) {
 		}
 		failures = 0
 		now := time.Now()
+		fetched := 0 // bytes, for fetch hooks
 		m.mu.Lock()
 		for _, d := range ds {
+			if len(m.k.hooks.fetch) > 0 {
+				fetched += d.Size()
+			}
 			// A Receive that outlived a revocation's wait for it may hold
 			// deliveries of the old claim: the lane's next owner reads
 			// them again.
@@ -139,6 +144,12 @@ func (m *member) fetchLoop(ctx context.Context) {
 		m.receiving = nil
 		m.mu.Unlock()
 		close(received)
+		if hs := m.k.hooks.fetch; len(hs) > 0 && len(ds) > 0 {
+			info := FetchInfo{Topic: m.k.topic, Group: m.k.cfg.group, Member: m.id, Count: len(ds), Bytes: fetched, Took: now.Sub(began)}
+			for _, h := range hs {
+				h.OnFetch(info)
+			}
+		}
 	}
 }
 

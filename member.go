@@ -138,7 +138,7 @@ type entry struct {
 }
 
 func newMember(k *Consumer, id int) *member {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(k.values)
 	m := &member{
 		k: k, id: id,
 		ctx: ctx, cancel: cancel,
@@ -183,11 +183,14 @@ func (m *member) start() {
 	go m.settleLoop()
 }
 
+// emit hands e to the hooks of its kind; without hooks of any event kind
+// it costs a branch.
 func (m *member) emit(e Event) {
-	if fn := m.k.cfg.observer; fn != nil {
-		e.Topic, e.Group, e.Member = m.k.topic, m.k.cfg.group, m.id
-		fn(e)
+	if !m.k.hooks.events {
+		return
 	}
+	e.Topic, e.Group, e.Member = m.k.topic, m.k.cfg.group, m.id
+	m.k.hooks.event(e)
 }
 
 // shutdown drains the member: it stops fetching, waits until ctx ends for

@@ -98,13 +98,17 @@ func NewID() string {
 	return idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 36)
 }
 
-func toDriver(m *Message, now time.Time) driver.Message {
+// fill gives m an ID and a time when it has none.
+func fill(m *Message, now time.Time) {
 	if m.ID == "" {
 		m.ID = NewID()
 	}
 	if m.Time.IsZero() {
 		m.Time = now
 	}
+}
+
+func toDriver(m *Message) driver.Message {
 	return driver.Message{ID: m.ID, Key: m.Key, Type: m.Type, Source: m.Source, Time: m.Time, ContentType: m.ContentType, Headers: m.Headers, Body: m.Body}
 }
 

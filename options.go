@@ -118,7 +118,7 @@ type consumerConfig struct {
 	deadLetter     string
 	drainTimeout   time.Duration
 	consumers      int
-	observer       func(Event)
+	hooks          []Hook
 	batchCount     int
 	batchBytes     int
 	batchPeriod    time.Duration
@@ -318,15 +318,17 @@ func Members(n int) SubscribeOption {
 	}
 }
 
-// Observe registers fn to receive the engine's events: message outcomes,
-// lane claims and revocations, commits. fn runs on the engine's
-// goroutines and must be quick. Default: none.
+// Observe registers fn to receive every one of the engine's events:
+// message outcomes, retries, dead letters, lane claims and revocations,
+// commits and acknowledgements. It is a hook of every event kind, with
+// the same contract (see Hook): fn runs on the engine's goroutines,
+// outside its locks, and must be quick. Default: none.
 func Observe(fn func(Event)) SubscribeOption {
 	return func(c *consumerConfig) error {
 		if fn == nil {
 			return fmt.Errorf("omnibus: nil observer: %w", ErrInvalid)
 		}
-		c.observer = fn
+		c.hooks = append(c.hooks, observerHook(fn))
 		return nil
 	}
 }

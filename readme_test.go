@@ -41,7 +41,7 @@ func readmeBlock(t *testing.T, lang, substr string) string {
 	return ""
 }
 
-// helloCommand is the README's set-up line that runs the first example,
+// helloCommand is the README's command line that runs the first example,
 // as a user types it (without its comment).
 func helloCommand(t *testing.T) []string {
 	t.Helper()

@@ -156,46 +156,57 @@ func (m *member) waitBatch(s *slot, d time.Duration) bool {
 }
 
 // invoke runs the handler on batch and leaves each entry's outcome in
-// its err.
+// its err. Handle hooks wrap the call and see what the handler returned
+// (a panic as an error).
 func (m *member) invoke(ctx context.Context, batch []*entry) (latency time.Duration) {
 	for _, e := range batch {
 		e.attempts++
 		e.msg.Attempt = e.base + e.attempts
 		e.err = nil
 	}
+	var msgs []*Message
+	if m.k.batch != nil || len(m.k.hooks.handle) > 0 {
+		msgs = make([]*Message, len(batch))
+		for i, e := range batch {
+			msgs[i] = &e.msg
+		}
+	}
+	var end func(error)
+	if hs := m.k.hooks.handle; len(hs) > 0 {
+		ctx, end = wrap(ctx, hs, func(h HandleHook, ctx context.Context) (context.Context, func(error)) {
+			return h.OnHandle(ctx, m.k.topic, msgs)
+		})
+	}
 	var start time.Time
-	if m.k.cfg.observer != nil { // only events report it
+	if m.k.hooks.events { // only events report it
 		start = time.Now()
 	}
+	var err error
 	defer func() {
 		if !start.IsZero() {
 			latency = time.Since(start)
 		}
 		if r := recover(); r != nil {
 			m.k.logger.Error("handler panicked", "panic", r, "stack", string(debug.Stack()))
-			err := fmt.Errorf("handler panic: %v", r)
-			for _, e := range batch {
+			err = fmt.Errorf("handler panic: %v", r)
+		}
+		var be *BatchError
+		each := m.k.batch != nil && errors.As(err, &be) && len(be.Errs) == len(batch)
+		for i, e := range batch {
+			if each {
+				e.err = be.Errs[i]
+			} else {
 				e.err = err
 			}
 		}
+		if end != nil {
+			end(err)
+		}
 	}()
 	if m.k.handler != nil {
-		batch[0].err = m.k.handler(ctx, &batch[0].msg)
-		return 0
-	}
-	msgs := make([]*Message, len(batch))
-	for i, e := range batch {
-		msgs[i] = &e.msg
-	}
-	err := m.k.batch(ctx, msgs)
-	var be *BatchError
-	each := errors.As(err, &be) && len(be.Errs) == len(batch)
-	for i, e := range batch {
-		if each {
-			e.err = be.Errs[i]
-		} else {
-			e.err = err
-		}
+		err = m.k.handler(ctx, &batch[0].msg)
+	} else {
+		err = m.k.batch(ctx, msgs)
 	}
 	return 0
 }

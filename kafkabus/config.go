@@ -1,5 +1,10 @@
 package kafkabus
 
+// Configuration: the URL's parameters with their defaults and Kafka's
+// names, parsed once by Open, and the franz-go options they become (the
+// common ones, a producer's per durability, a member's). Read-only after
+// Open.
+
 import (
 	"context"
 	"crypto/tls"

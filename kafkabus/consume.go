@@ -1,5 +1,11 @@
 package kafkabus
 
+// Consuming: a group member is a kgo client in the group; Receive polls
+// it (the engine's fetch goroutine), keeping what does not fit the
+// engine's room, and Commit stores the engine's watermark (the settle
+// goroutine, or a revocation). sub.mu guards the member's state; sub.gate
+// is held shared by a commit and exclusively while a partition leaves.
+
 import (
 	"context"
 	"errors"
@@ -8,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -114,148 +119,6 @@ type sub struct {
 	carry []carried // polled records that did not fit; Receive's own
 
 	closeOnce sync.Once
-}
-
-func lanesOf(ps []int32) []string {
-	ls := make([]string, len(ps))
-	for i, p := range ps {
-		ls[i] = laneName(p)
-	}
-	return ls
-}
-
-// onAssigned is kgo's OnPartitionsAssigned: it runs before fetching of
-// the added partitions starts.
-func (s *sub) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
-	defer s.joinOnce.Do(func() { close(s.joined) })
-	ps := assigned[s.topic]
-	if len(ps) == 0 {
-		return
-	}
-	slices.Sort(ps)
-	if s.start == driver.StartLatest {
-		s.pinStart(ctx, cl, ps)
-	}
-	s.mu.Lock()
-	for _, p := range ps {
-		s.owned[p] = true
-	}
-	s.mu.Unlock()
-	s.lanes.Claimed(lanesOf(ps))
-}
-
-// pinStart commits a starting offset for the partitions of ps the group
-// has never committed, before kgo reads the group's offsets: the end of
-// the partition when the group has no commit on the topic at all (a new
-// group starts at the latest message), the start of the partition when it
-// has commits on other partitions (a partition added after the group
-// started is read from its beginning). Committing the start makes "latest"
-// stable: a member that fails before its first commit does not make the
-// next owner skip what arrived in between. Failures leave kgo's reset
-// offset (the end) in charge.
-func (s *sub) pinStart(ctx context.Context, cl *kgo.Client, ps []int32) {
-	ctx, cancel := context.WithTimeout(ctx, s.conn.cfg.requestTimeout)
-	defer cancel()
-	adm := s.conn.adm
-	committed, err := adm.FetchOffsets(ctx, s.group)
-	if err != nil {
-		return
-	}
-	any := false
-	var missing []int32
-	for _, p := range ps {
-		if o, ok := committed.Lookup(s.topic, p); ok && o.Err == nil && o.At >= 0 {
-			continue
-		}
-		missing = append(missing, p)
-	}
-	if len(missing) == 0 {
-		return
-	}
-	committed.Each(func(o kadm.OffsetResponse) {
-		if o.Topic == s.topic && o.Err == nil && o.At >= 0 {
-			any = true
-		}
-	})
-	list := adm.ListEndOffsets
-	if any {
-		list = adm.ListStartOffsets
-	}
-	listed, err := list(ctx, s.topic)
-	if err != nil {
-		return
-	}
-	offs := map[int32]kgo.EpochOffset{}
-	for _, p := range missing {
-		if o, ok := listed.Lookup(s.topic, p); ok && o.Err == nil && o.Offset >= 0 {
-			offs[p] = kgo.EpochOffset{Epoch: -1, Offset: o.Offset}
-		}
-	}
-	if len(offs) > 0 {
-		cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{s.topic: offs}, nil)
-	}
-}
-
-// onRevoked is kgo's OnPartitionsRevoked. kgo has stopped fetching the
-// partitions and dropped what it buffered of them; the engine drains the
-// lanes and commits through Commit before this returns, and only then
-// can the group hand the partitions to another member.
-func (s *sub) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	ps := s.drop(revoked[s.topic])
-	if len(ps) == 0 {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.conn.cfg.rebalanceTimeout)
-	defer cancel()
-	s.lanes.Revoked(rctx, lanesOf(ps))
-	s.disown(ps)
-}
-
-// onLost is kgo's OnPartitionsLost: the session is gone, nothing can be
-// committed.
-func (s *sub) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-	ps := s.drop(lost[s.topic])
-	if len(ps) == 0 {
-		return
-	}
-	s.disown(ps)
-	s.lanes.Lost(lanesOf(ps))
-}
-
-// drop marks the owned partitions of ps revoked, so Receive returns none
-// of their records from now on, and returns them.
-func (s *sub) drop(ps []int32) []int32 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []int32
-	for _, p := range ps {
-		if s.owned[p] {
-			out = append(out, p)
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	s.epoch++
-	for _, p := range out {
-		s.revokedAt[p] = s.epoch
-	}
-	if s.interrupt != nil {
-		s.interrupt() // the engine waits for a Receive in progress
-	}
-	slices.Sort(out)
-	return out
-}
-
-// disown forgets ps once no commit for them is running.
-func (s *sub) disown(ps []int32) {
-	s.gate.Lock()
-	s.mu.Lock()
-	for _, p := range ps {
-		delete(s.owned, p)
-	}
-	s.mu.Unlock()
-	s.gate.Unlock()
 }
 
 // Receive implements driver.Subscriber. It returns what fits in room of
@@ -394,92 +257,6 @@ func (s *sub) Commit(ctx context.Context, ds []*driver.Delivery) error {
 			}
 		})
 	return errors.Join(errs...)
-}
-
-// Lag implements driver.LagReader: for every partition of the topic, the
-// high watermark minus the group's committed offset, or minus the log
-// start offset when the group has committed nothing there. A partition
-// whose offsets cannot be read has Known false.
-func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
-	s.mu.Lock()
-	n := s.partitions
-	s.mu.Unlock()
-	lags, err := s.conn.lag(ctx, s.topic, s.group, n)
-	if err == nil {
-		s.mu.Lock()
-		s.partitions = len(lags)
-		s.mu.Unlock()
-	}
-	return lags, err
-}
-
-// GroupLag implements driver.GroupLagReader: the lag of group on every
-// partition of topic, read with the admin client, without joining. A
-// group the cluster does not know is ErrNotFound.
-func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.LaneLag, error) {
-	if err := c.checkOpen("lag", topic); err != nil {
-		return nil, err
-	}
-	groups, err := c.adm.DescribeGroups(ctx, group)
-	if err != nil {
-		return nil, fmt.Errorf("kafkabus: lag %q group %q: %w", topic, group, classify(err))
-	}
-	if g, ok := groups[group]; !ok || g.State == "Dead" {
-		return nil, fmt.Errorf("kafkabus: lag %q: group %q: %w", topic, group, driver.ErrNotFound)
-	}
-	return c.lag(ctx, topic, group, 0)
-}
-
-// lag reads the group's lag on every partition of topic: the end offset
-// minus the committed offset, or minus the log start where the group has
-// committed nothing. known is the partition count from an earlier read,
-// so that a failed read still lists every partition, as unknown.
-func (c *conn) lag(ctx context.Context, topic, group string, known int) ([]driver.LaneLag, error) {
-	adm := c.adm
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil && len(ends) == 0 {
-		if known == 0 {
-			return nil, fmt.Errorf("kafkabus: lag %q: end offsets: %w", topic, classify(err))
-		}
-		lags := make([]driver.LaneLag, known)
-		for p := range lags {
-			lags[p] = driver.LaneLag{Lane: laneName(int32(p))}
-		}
-		return lags, nil
-	}
-	topicEnds := ends[topic]
-	if bad, ok := topicEnds[-1]; ok && bad.Err != nil {
-		return nil, fmt.Errorf("kafkabus: lag %q: %w", topic, classify(bad.Err))
-	}
-	starts, serr := adm.ListStartOffsets(ctx, topic)
-	committed, cerr := adm.FetchOffsets(ctx, group)
-	parts := make([]int32, 0, len(topicEnds))
-	for p := range topicEnds {
-		if p >= 0 {
-			parts = append(parts, p)
-		}
-	}
-	slices.Sort(parts)
-	lags := make([]driver.LaneLag, 0, len(parts))
-	for _, p := range parts {
-		end := topicEnds[p]
-		l := driver.LaneLag{Lane: laneName(p)}
-		from := int64(-1)
-		if cerr == nil {
-			if o, ok := committed.Lookup(topic, p); ok && o.Err == nil && o.At >= 0 {
-				from = o.At
-			} else if !ok || o.Err == nil {
-				if st, ok := starts.Lookup(topic, p); ok && serr == nil && st.Err == nil && st.Offset >= 0 {
-					from = st.Offset
-				}
-			}
-		}
-		if end.Err == nil && end.Offset >= 0 && from >= 0 {
-			l.Lag, l.Known = max(end.Offset-from, 0), true
-		}
-		lags = append(lags, l)
-	}
-	return lags, nil
 }
 
 // Close implements driver.Subscriber: the member leaves the group. kgo

@@ -1,5 +1,9 @@
 package kafkabus
 
+// The connection: Open, the admin client, the producers made per
+// durability on first use, topic creation and Close. conn.mu guards the
+// producers and the topic caches; conn.subs the open members.
+
 import (
 	"context"
 	"errors"

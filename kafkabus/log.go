@@ -1,5 +1,7 @@
 package kafkabus
 
+// Logging: franz-go's warnings and errors go to the client's logger.
+
 import (
 	"context"
 	"log/slog"

@@ -1,5 +1,10 @@
 package kafkabus
 
+// Publishing: records built from messages (CloudEvents headers, the
+// Kafka protocol binding), produced at once and awaited one by one, and
+// the conversion of records back into deliveries. Called from any
+// goroutine; it holds no lock.
+
 import (
 	"context"
 	"errors"

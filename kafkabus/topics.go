@@ -1,5 +1,7 @@
 package kafkabus
 
+// Topics: whether a topic exists, without creating it (for the CLI).
+
 import (
 	"context"
 	"errors"

@@ -1,8 +1,14 @@
 package membus
 
+// The bus: the registry of named buses (busesMu guards it and their
+// reference counts), a bus's topics and their partitioned logs, the
+// connection, and Publish, which appends to the logs and wakes the
+// readers. It runs on the caller's goroutine; Bus.mu guards the topics,
+// topic.mu a topic's partitions, groups and notify channel. Groups and
+// their members are in subscribe.go.
+
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -10,7 +16,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
@@ -118,14 +123,6 @@ type record struct {
 	msg driver.Message
 }
 
-type group struct {
-	name      string
-	rebalance sync.Mutex // serializes membership changes and their callbacks
-	committed []int64    // guarded by topic.mu
-	owner     []*sub     // guarded by topic.mu
-	members   []*sub     // guarded by rebalance
-}
-
 func (b *Bus) topic(name string, partitions int) *topic {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -173,18 +170,13 @@ func (c *conn) checkOpen(op, topic string) error {
 	return nil
 }
 
-// CreateTopic implements driver.TopicCreator: it grows the topic to n
-// partitions.
+// CreateTopic implements driver.TopicCreator: it creates the topic, or
+// grows it to n partitions (it never shrinks, like Kafka).
 func (c *conn) CreateTopic(_ context.Context, name string, n int) error {
 	if err := c.checkOpen("create topic", name); err != nil {
 		return err
 	}
-	t := c.bus.topic(name, n)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.parts) != n {
-		return nil // never shrinks, like Kafka
-	}
+	c.bus.topic(name, n)
 	return nil
 }
 
@@ -242,130 +234,6 @@ func (t *topic) partitionLocked(key string, n int) int {
 // round-robin instead.
 func Partition(key string, n int) int { return driver.Partition(key, n) }
 
-func (c *conn) Subscribe(ctx context.Context, name string, opts driver.SubscribeOptions) (driver.Subscriber, error) {
-	if err := c.checkOpen("subscribe", name); err != nil {
-		return nil, err
-	}
-	t := c.bus.topic(name, c.bus.cfg.Partitions)
-	t.mu.Lock()
-	g := t.groups[opts.Group]
-	if g == nil {
-		g = &group{name: opts.Group, committed: make([]int64, len(t.parts)), owner: make([]*sub, len(t.parts))}
-		for i, p := range t.parts {
-			if opts.StartAt == driver.StartLatest {
-				g.committed[i] = int64(len(p.log))
-			}
-		}
-		t.groups[opts.Group] = g
-	}
-	t.mu.Unlock()
-	s := &sub{conn: c, t: t, g: g, lanes: opts.Lanes, pos: map[int]int64{}, revoking: map[int]bool{}, wake: make(chan struct{}, 1)}
-	if !c.subs.Add(s) {
-		return nil, fmt.Errorf("membus: subscribe %q: %w", name, driver.ErrClosed)
-	}
-	g.rebalance.Lock()
-	g.members = append(g.members, s)
-	t.rebalance(ctx, g)
-	g.rebalance.Unlock()
-	return s, nil
-}
-
-// rebalance spreads the partitions evenly over the group's members,
-// moving as few as it can: revocations run (and finish) before claims.
-// The caller holds g.rebalance.
-func (t *topic) rebalance(ctx context.Context, g *group) {
-	t.mu.Lock()
-	n := len(t.parts)
-	want := make([]*sub, n)
-	count := map[*sub]int{}
-	members := g.members
-	if len(members) > 0 {
-		quota := func(i int) int { // members earlier in the list take the remainder
-			q := n / len(members)
-			if i < n%len(members) {
-				q++
-			}
-			return q
-		}
-		index := map[*sub]int{}
-		for i, s := range members {
-			index[s] = i
-		}
-		for p, s := range g.owner { // keep owners up to their quota
-			if i, ok := index[s]; ok && count[s] < quota(i) {
-				want[p] = s
-				count[s]++
-			}
-		}
-		next := 0
-		for p := range want {
-			for want[p] == nil {
-				if s := members[next]; count[s] < quota(next) {
-					want[p] = s
-					count[s]++
-				}
-				next = (next + 1) % len(members)
-			}
-		}
-	}
-	revoke := map[*sub][]int{}
-	claim := map[*sub][]int{}
-	for p := range n {
-		if old := g.owner[p]; old != want[p] {
-			if old != nil {
-				revoke[old] = append(revoke[old], p)
-			}
-			if want[p] != nil {
-				claim[want[p]] = append(claim[want[p]], p)
-			}
-		}
-	}
-	t.mu.Unlock()
-
-	for s, ps := range revoke {
-		// A Receive in progress returns at once, so the engine can
-		// dispatch what it read before the partitions go.
-		t.mu.Lock()
-		for _, p := range ps {
-			s.revoking[p] = true
-		}
-		t.mu.Unlock()
-		driver.Notify(s.wake)
-		s.lanes.Revoked(ctx, t.lanes(ps))
-		t.mu.Lock()
-		for _, p := range ps {
-			g.owner[p] = nil
-			delete(s.pos, p)
-			delete(s.revoking, p)
-		}
-		t.mu.Unlock()
-	}
-	for s, ps := range claim {
-		t.mu.Lock()
-		for _, p := range ps {
-			g.owner[p] = s
-		}
-		t.mu.Unlock()
-		s.lanes.Claimed(t.lanes(ps))
-		t.mu.Lock()
-		for _, p := range ps {
-			s.pos[p] = g.committed[p]
-		}
-		t.mu.Unlock()
-		driver.Notify(s.wake)
-	}
-}
-
-func (t *topic) lanes(ps []int) []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ls := make([]string, len(ps))
-	for i, p := range ps {
-		ls[i] = t.parts[p].lane
-	}
-	return ls
-}
-
 func (c *conn) Close() error {
 	if !c.subs.Close() {
 		return nil
@@ -378,149 +246,5 @@ func (c *conn) Close() error {
 		}
 		busesMu.Unlock()
 	}
-	return nil
-}
-
-// sub is one group member.
-type sub struct {
-	conn  *conn
-	t     *topic
-	g     *group
-	lanes driver.Lanes
-	wake  chan struct{}
-
-	// guarded by t.mu
-	pos      map[int]int64 // owned partition -> next offset to read
-	next     int           // round-robin start over owned partitions
-	closed   bool
-	revoking map[int]bool // partitions being revoked: Receive skips them
-
-	closeOnce sync.Once
-}
-
-func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
-	t := s.t
-	for {
-		t.mu.Lock()
-		if s.closed {
-			t.mu.Unlock()
-			return nil, fmt.Errorf("membus: receive %q: %w", t.name, driver.ErrClosed)
-		}
-		var ds []*driver.Delivery
-		owned := slices.DeleteFunc(slices.Sorted(maps.Keys(s.pos)), func(p int) bool { return s.revoking[p] })
-		bytes, full := 0, false
-		for i := 0; i < len(owned) && !full; i++ {
-			p := owned[(s.next+i)%len(owned)]
-			log := t.parts[p].log
-			for off := s.pos[p]; off < int64(len(log)); off++ {
-				r := &log[off]
-				size := r.msg.Size()
-				if full = !room.Fits(len(ds), bytes, size); full {
-					break
-				}
-				bytes += size
-				ds = append(ds, &driver.Delivery{
-					Message:  r.msg,
-					Lane:     t.parts[p].lane,
-					Position: strconv.FormatInt(off, 10),
-					Token:    off,
-				})
-				s.pos[p] = off + 1
-			}
-		}
-		s.next++
-		notify := t.notify
-		t.mu.Unlock()
-		if len(ds) > 0 || full {
-			return ds, nil
-		}
-		select {
-		case <-notify:
-		case <-s.wake:
-			return nil, nil // a revocation waits for this Receive
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// Commit implements driver.Committer.
-func (s *sub) Commit(_ context.Context, ds []*driver.Delivery) error {
-	t := s.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var errs []error
-	for _, d := range ds {
-		p, err := strconv.Atoi(d.Lane)
-		if err != nil || p >= len(t.parts) {
-			errs = append(errs, fmt.Errorf("membus: commit %q: unknown lane %q: %w", t.name, d.Lane, driver.ErrInvalid))
-			continue
-		}
-		if t.groups[s.g.name] != s.g || s.g.owner[p] != s {
-			errs = append(errs, fmt.Errorf("membus: commit %q partition %d: %w", t.name, p, ErrNotOwner))
-			continue
-		}
-		s.g.committed[p] = d.Token.(int64) + 1
-	}
-	return errors.Join(errs...)
-}
-
-// ErrNotOwner is returned for a commit on a partition the member does not
-// own (any more).
-var ErrNotOwner = errors.New("partition not owned by this member")
-
-// Lag implements driver.LagReader: end offset minus committed offset for
-// every partition of the topic.
-func (s *sub) Lag(context.Context) ([]driver.LaneLag, error) {
-	s.t.mu.Lock()
-	defer s.t.mu.Unlock()
-	return s.t.lagLocked(s.g), nil
-}
-
-func (t *topic) lagLocked(g *group) []driver.LaneLag {
-	lags := make([]driver.LaneLag, len(t.parts))
-	for p, part := range t.parts {
-		lags[p] = driver.LaneLag{Lane: part.lane, Lag: int64(len(part.log)) - g.committed[p], Known: true}
-	}
-	return lags
-}
-
-// GroupLag implements driver.GroupLagReader.
-func (c *conn) GroupLag(_ context.Context, topic, group string) ([]driver.LaneLag, error) {
-	if err := c.checkOpen("lag", topic); err != nil {
-		return nil, err
-	}
-	c.bus.mu.Lock()
-	t := c.bus.topics[topic]
-	c.bus.mu.Unlock()
-	if t == nil {
-		return nil, fmt.Errorf("membus: lag: topic %q: %w", topic, driver.ErrNotFound)
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	g := t.groups[group]
-	if g == nil {
-		return nil, fmt.Errorf("membus: lag: group %q of topic %q: %w", group, topic, driver.ErrNotFound)
-	}
-	return t.lagLocked(g), nil
-}
-
-// Close implements driver.Subscriber: the member revokes its own
-// partitions (committing through its engine) and leaves the group.
-func (s *sub) Close() error {
-	s.closeOnce.Do(func() {
-		g := s.g
-		g.rebalance.Lock()
-		defer g.rebalance.Unlock()
-		g.members = slices.DeleteFunc(g.members, func(x *sub) bool { return x == s })
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		s.t.rebalance(ctx, g)
-		s.t.mu.Lock()
-		s.closed = true
-		s.t.mu.Unlock()
-		driver.Notify(s.wake)
-		s.conn.subs.Remove(s)
-	})
 	return nil
 }

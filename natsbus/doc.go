@@ -311,7 +311,13 @@
 // its inbox and carry, and what the pull iterator still buffers (drained
 // first); the group's other members get it now, not after ack_wait. A
 // partitioned member releases its leases instead, and the next owner
-// resets the consumer (see above).
+// resets the consumer (see above). One race is left: a pull response the
+// server sends as the member unsubscribes is lost on the way, and the
+// server, which counts it delivered, sends it again after ack_wait. A server before 2.11 can send a
+// message handed back with Nak twice at once (the redelivery, and again
+// as the stream's next); a member that gets a second delivery of a
+// message it holds, or acknowledged among its last 256, does not handle
+// it again (it acknowledges it again instead).
 //
 // Prefetch. Beyond the engine's MaxInFlight and MaxInFlightBytes, a
 // member holds at most:

@@ -1,5 +1,11 @@
 package natsbus
 
+// The embedded server: starting it in the process on a locked data
+// directory, sharing it between the clients of the process (embeddedMu
+// guards the table and the reference counts), and following another
+// process's server through the dialer, which nats.go calls from its
+// connecting goroutine. Server.mu guards a server's own state.
+
 import (
 	"context"
 	"encoding/json"

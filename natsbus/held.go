@@ -1,5 +1,10 @@
 package natsbus
 
+// The held set: what a member pulled and did not settle, in pull order,
+// and hold, which takes a pulled message in or drops it as a copy of one
+// held or settled. hold runs on a pump; sub.mu guards the set and the
+// readers' pulled sequences.
+
 import (
 	"iter"
 	"strconv"
@@ -51,6 +56,23 @@ func (s *sub) hold(r *reader, msg jetstream.Msg) (*held, error) {
 	fromMsg(&h.d.Message, msg.Headers(), msg.Data())
 	s.mu.Lock()
 	switch {
+	case !r.exclusive && h.seq <= r.top && (s.held.find(r, h.seq) != nil || r.ackedRecentlyLocked(h.seq)):
+		// A second delivery of a message this member holds or has just
+		// acknowledged: a server before 2.11 can send a message handed
+		// back with Nak twice at once (the redelivery and the stream's
+		// next). The original takes the newer delivery, as for a
+		// partition's copy; one already acknowledged is acknowledged
+		// again. Only sequences at or below the highest pulled are
+		// looked up.
+		orig := s.held.find(r, h.seq)
+		if orig != nil {
+			orig.msg, orig.since = msg, now
+		}
+		s.mu.Unlock()
+		if orig == nil {
+			_ = msg.Ack()
+		}
+		return nil, nil
 	case !r.exclusive || h.seq > r.top:
 		r.pullLocked(h.seq)
 	case hasKey(r.nacked, h.seq):

@@ -1,10 +1,20 @@
 package natsbus
 
+// The inbox: the bounded queue of items from the pumps to Receive. The
+// pumps put, the engine's fetch loop (in Receive) takes; inbox.mu guards
+// the items.
+
 import (
 	"sync"
 
 	"github.com/omnibus-go/omnibus/driver"
 )
+
+type item struct {
+	r   *reader
+	h   *held
+	err error
+}
 
 // inboxLen bounds the items waiting between the pumps and Receive.
 const inboxLen = 64

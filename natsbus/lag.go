@@ -1,5 +1,9 @@
 package natsbus
 
+// Lag: the member's lanes (Lag) and any group's (GroupLag,
+// GroupMembers), read with consumer info requests on the caller's
+// goroutine; sub.mu guards the readers Lag walks.
+
 import (
 	"context"
 	"errors"
@@ -11,6 +15,26 @@ import (
 
 	"github.com/omnibus-go/omnibus/driver"
 )
+
+// Lag implements driver.LagReader: num_pending + num_ack_pending of the
+// consumer of every lane this member holds. A failed read is Known false.
+func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
+	s.mu.Lock()
+	readers := make([]*reader, 0, len(s.readers))
+	for _, r := range s.readers {
+		readers = append(readers, r)
+	}
+	s.mu.Unlock()
+	lags := make([]driver.LaneLag, 0, len(readers))
+	for _, r := range readers {
+		l := driver.LaneLag{Lane: r.lane}
+		if info, err := r.consumer().Info(ctx); err == nil {
+			l.Lag, l.Known = int64(info.NumPending)+int64(info.NumAckPending), true
+		}
+		lags = append(lags, l)
+	}
+	return lags, nil
+}
 
 // GroupLag implements driver.GroupLagReader: num_pending +
 // num_ack_pending of the group's consumer on every lane of topic, read

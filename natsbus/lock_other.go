@@ -2,6 +2,8 @@
 
 package natsbus
 
+// The data directory's lock elsewhere: none.
+
 import "os"
 
 // tryLock always succeeds where the system offers no advisory lock that

@@ -2,6 +2,8 @@
 
 package natsbus
 
+// The data directory's lock on Unix: flock.
+
 import (
 	"errors"
 	"os"

@@ -2,6 +2,8 @@
 
 package natsbus
 
+// The data directory's lock on Windows: LockFileEx.
+
 import (
 	"errors"
 	"os"

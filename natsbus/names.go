@@ -1,5 +1,10 @@
 package natsbus
 
+// Names: which topics NATS can take, and the server-side names derived
+// from topics and groups (streams, subjects, consumers, KV buckets and
+// their keys), and the partition of a key. Pure functions: no goroutine
+// or lock of their own.
+
 import (
 	"fmt"
 	"hash/fnv"
@@ -73,6 +78,20 @@ func streamName(topic string) string { return safeName(topic) }
 
 // partitionSubject is the subject of partition p of topic.
 func partitionSubject(topic string, p int) string { return topic + "." + strconv.Itoa(p) }
+
+// Names of the partitioned mode's server-side objects.
+//
+//   - partitionConsumer: the durable consumer of one partition for a group;
+//   - leaseBucket: the KV bucket of a group's leases, one per stream and
+//     group, holding "p.<partition>" = owner's member ID and
+//     "m.<member ID>" = a member's heartbeat;
+//   - positionBucket: the KV bucket of a group's positions (see
+//     positions), partitioned or not.
+func partitionConsumer(group string, p int) string { return safeName(group) + "_p" + strconv.Itoa(p) }
+func leaseBucket(stream, group string) string      { return safeName(stream + ".leases." + group) }
+func positionBucket(stream, group string) string   { return safeName(stream + ".positions." + group) }
+func leaseKey(p int) string                        { return "p." + strconv.Itoa(p) }
+func memberKey(id string) string                   { return "m." + id }
 
 // Partition returns the partition a key lands on in a topic of n
 // partitions: FNV-1a of the key modulo n. Empty keys are spread

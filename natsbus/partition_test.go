@@ -16,6 +16,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // keyOrder checks per-key order across every member of a group: each key's
@@ -255,10 +256,13 @@ func TestGroupLag(t *testing.T) {
 				}).GroupMembers(ctx, topic, "g")
 			}
 			// A subscribed member pulls (unpartitioned) and heartbeats
-			// (partitioned) before Run.
-			if got, err := members(); err != nil || got != 1 {
-				t.Errorf("GroupMembers with one member: %d, %v; want 1", got, err)
-			}
+			// (partitioned) before Run: soon after Subscribe.
+			var got int
+			var merr error
+			transporttest.Eventually(t, 10*time.Second, func() bool {
+				got, merr = members()
+				return merr == nil && got == 1
+			}, func() string { return fmt.Sprintf("GroupMembers with one member: %d, %v; want 1", got, merr) })
 			if err := k.Close(); err != nil {
 				t.Fatal(err)
 			}

@@ -1,5 +1,10 @@
 package natsbus
 
+// Positions: a group's record of where each lane resumes, in a KV bucket
+// without TTL, written on Subscribe, by the keeper, on hand-overs and on
+// Close. No lock: conditional writes on the key's revision order the
+// writers.
+
 import (
 	"context"
 	"encoding/json"

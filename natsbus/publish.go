@@ -1,5 +1,11 @@
 package natsbus
 
+// Publishing: the CloudEvents NATS binding (headers to and from NATS
+// messages) and Publish, which waits for JetStream's publish acks with at
+// most the connection's window (conn.sem) outstanding. It runs on the
+// caller's goroutine; a Publish cut short by its context leaves a
+// goroutine that frees the window as the acks come in.
+
 import (
 	"context"
 	"errors"

@@ -1,12 +1,169 @@
 package natsbus
 
+// Topics: a topic's stream, created on first use, checked against the
+// layout the URL expects (partitioned or not), grown by CreateTopic and
+// cached per connection. It runs on the caller's goroutine (Publish,
+// Subscribe, CreateTopic, TopicExists), forget on the fetch loop (a
+// stream gone); conn.mu guards the cache.
+
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/omnibus-go/omnibus/driver"
 )
+
+// streamRef is a topic's stream as this connection knows it.
+type streamRef struct {
+	name    string
+	parts   int       // 0: unpartitioned (the single subject is the topic)
+	created time.Time // tells this stream from an earlier one of the same name
+}
+
+// CreateTopic implements driver.TopicCreator: it creates the topic's
+// stream. A partitioned connection creates lanes partitions, and grows an
+// existing topic to lanes partitions (keys then map differently, as on
+// Kafka); an unpartitioned one has a single lane.
+func (c *conn) CreateTopic(ctx context.Context, topic string, lanes int) error {
+	if err := c.checkOpen("create topic", topic); err != nil {
+		return err
+	}
+	if err := checkTopic("create topic", topic); err != nil {
+		return err
+	}
+	parts := 0
+	if c.cfg.partitions > 0 {
+		parts = lanes
+	}
+	ref, err := c.stream(ctx, topic, parts)
+	if err != nil {
+		return err
+	}
+	if parts > ref.parts {
+		return c.grow(ctx, topic, ref, parts)
+	}
+	return nil
+}
+
+// stream returns the stream of topic, creating it with parts partitions
+// (or the URL's default when 0) when it does not exist.
+func (c *conn) stream(ctx context.Context, topic string, parts int) (*streamRef, error) {
+	c.mu.Lock()
+	ref := c.streams[topic]
+	c.mu.Unlock()
+	if ref != nil {
+		return ref, nil
+	}
+	if parts == 0 {
+		parts = c.cfg.partitions
+	}
+	name := streamName(topic)
+	for try := 0; ; try++ {
+		s, err := c.js.Stream(ctx, name)
+		if err == nil {
+			ref, err = c.checkStream(topic, s.CachedInfo())
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("natsbus: stream %q of topic %q: %w", name, topic, classify(err))
+		}
+		sc := jetstream.StreamConfig{
+			Name:        name,
+			Description: "omnibus topic " + topic,
+			Subjects:    subjects(topic, parts),
+			Storage:     c.cfg.storage,
+			Retention:   jetstream.LimitsPolicy,
+			Replicas:    c.cfg.replicas,
+			MaxAge:      c.cfg.maxAge,
+			Duplicates:  c.cfg.dupeWindow,
+		}
+		s, err = c.js.CreateStream(ctx, sc)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && try < 3 {
+				continue // created concurrently: read it
+			}
+			return nil, fmt.Errorf("natsbus: create stream %q for topic %q (subjects %s): %w", name, topic, strings.Join(sc.Subjects, ", "), classify(err))
+		}
+		ref = &streamRef{name: name, parts: parts, created: s.CachedInfo().Created}
+		break
+	}
+	c.mu.Lock()
+	if old := c.streams[topic]; old != nil {
+		ref = old
+	} else {
+		c.streams[topic] = ref
+	}
+	c.mu.Unlock()
+	return ref, nil
+}
+
+func subjects(topic string, parts int) []string {
+	if parts == 0 {
+		return []string{topic}
+	}
+	subs := make([]string, parts)
+	for p := range parts {
+		subs[p] = partitionSubject(topic, p)
+	}
+	return subs
+}
+
+// checkStream checks that an existing stream has the layout this
+// connection expects, and reads its partition count.
+func (c *conn) checkStream(topic string, info *jetstream.StreamInfo) (*streamRef, error) {
+	subs := info.Config.Subjects
+	ref := &streamRef{name: info.Config.Name, created: info.Created}
+	if c.cfg.partitions == 0 {
+		if len(subs) == 1 && subs[0] == topic {
+			return ref, nil
+		}
+		return nil, fmt.Errorf("natsbus: topic %q: stream %q has subjects %v, want [%s]; it was created partitioned (open the URL with partitions=N): %w",
+			topic, ref.name, subs, topic, driver.ErrInvalid)
+	}
+	n := 0
+	for n < len(subs) && slices.Contains(subs, partitionSubject(topic, n)) {
+		n++
+	}
+	if n == 0 || n != len(subs) {
+		return nil, fmt.Errorf("natsbus: topic %q: stream %q has subjects %v, want %s.0 ... %s.N-1; it was created unpartitioned (open the URL without partitions): %w",
+			topic, ref.name, subs, topic, topic, driver.ErrInvalid)
+	}
+	ref.parts = n
+	return ref, nil
+}
+
+// grow adds partitions to a partitioned topic.
+func (c *conn) grow(ctx context.Context, topic string, ref *streamRef, parts int) error {
+	s, err := c.js.Stream(ctx, ref.name)
+	if err != nil {
+		return fmt.Errorf("natsbus: create topic %q: %w", topic, classify(err))
+	}
+	sc := s.CachedInfo().Config
+	sc.Subjects = subjects(topic, parts)
+	if _, err := c.js.UpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("natsbus: create topic %q: grow to %d partitions: %w", topic, parts, classify(err))
+	}
+	c.mu.Lock()
+	c.streams[topic] = &streamRef{name: ref.name, parts: parts, created: ref.created}
+	c.mu.Unlock()
+	return nil
+}
+
+// forget drops the cached stream of topic (it was deleted under us).
+func (c *conn) forget(topic string) {
+	c.mu.Lock()
+	delete(c.streams, topic)
+	c.mu.Unlock()
+}
 
 // TopicExists reports whether topic's stream exists, read with a stream
 // info request; it creates nothing. The CLI uses it to say that a tail

@@ -1,5 +1,11 @@
 package rabbitbus
 
+// Lag: the member's lanes (Lag) and any group's (GroupLag,
+// GroupMembers), read with passive queue declares, plus the deliveries
+// the connection's subscribers hold unacknowledged. It runs on the
+// caller's goroutine (queueCounts on the rebalancer's too); sub.mu
+// guards the held counts.
+
 import (
 	"context"
 	"errors"
@@ -12,6 +18,71 @@ import (
 )
 
 var _ driver.GroupLagReader = (*conn)(nil)
+
+// Lag implements driver.LagReader: for every lane of the group, the
+// messages ready in its queue (queue.declare-ok) plus the deliveries
+// this client holds unacknowledged on it.
+func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	counts := s.queueCounts(ctx)
+	held := s.c.held()
+	out := make([]driver.LaneLag, len(s.lanes))
+	for i, l := range s.lanes {
+		out[i] = driver.LaneLag{Lane: l.id}
+		if c, ok := counts[l.queue]; ok {
+			out[i].Lag = int64(c.Messages) + int64(held[l.queue])
+			out[i].Known = true
+		}
+	}
+	return out, nil
+}
+
+// queueCounts reads every lane queue's ready messages and consumers; a
+// queue it could not read is missing from the result.
+func (s *sub) queueCounts(ctx context.Context) map[string]amqp.Queue {
+	out := map[string]amqp.Queue{}
+	ac, _, err := s.link.get(ctx)
+	if err != nil {
+		return out
+	}
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			_ = ch.Close()
+		}
+	}()
+	for _, l := range s.lanes {
+		if ch == nil || ch.IsClosed() {
+			if ch, err = ac.Channel(); err != nil {
+				ch = nil
+				return out
+			}
+		}
+		q, err := ch.QueueDeclarePassive(l.queue, true, false, false, false, nil)
+		if err == nil {
+			out[l.queue] = q
+		}
+	}
+	return out
+}
+
+// held counts the unacknowledged deliveries per queue over every
+// subscriber of the connection.
+func (c *conn) held() map[string]int {
+	out := map[string]int{}
+	for _, s := range c.subs.All() {
+		s.mu.Lock()
+		for _, l := range s.lanes {
+			if l.ch != nil {
+				out[l.queue] += l.held
+			}
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
 
 // GroupLag implements driver.GroupLagReader: the depth of each of the
 // group's queues (ready messages, plus those this client holds

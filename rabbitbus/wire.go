@@ -1,5 +1,9 @@
 package rabbitbus
 
+// The wire format: a message as an AMQP publishing and back (the
+// CloudEvents AMQP binding, and the attempt and key of a message Nack
+// republished). Pure functions: no goroutine or lock of their own.
+
 import (
 	"fmt"
 	"strconv"

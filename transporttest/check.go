@@ -1,5 +1,11 @@
 package transporttest
 
+// Checks: the collector, which counts unique IDs and checks key and
+// lane order as handlers settle (handlers call it from the consumer's
+// workers; collector.mu guards it), publishing numbered messages, calls
+// bounded in time (within), and the goroutines a test started (stacks,
+// leakCheck).
+
 import (
 	"bytes"
 	"context"

@@ -1,5 +1,9 @@
 package transporttest
 
+// The harness: what a transport hands the suite, and the hooks a test
+// needs beyond Open (a restart, a deleted group, refused commits, an ack
+// deadline). Its functions run on the test's goroutine.
+
 import (
 	"context"
 	"testing"

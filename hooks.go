@@ -1,0 +1,217 @@
+package omnibus
+
+// Hooks: typed, optional callbacks for metrics and tracing, registered on
+// a client (WithHooks: its publishes and every consumer) or on one
+// consumer (Hooks). A hook implements any of the interfaces below; the
+// engine looks for them once, when the client or the consumer is made,
+// so a hook that is absent costs nothing per message.
+
+import (
+	"context"
+	"time"
+)
+
+// A Hook is a value implementing one or more of PublishHook, HandleHook,
+// FetchHook, SettleHook, RetryHook, DeadLetterHook, CommitHook and
+// LanesHook (package autoscale adds its DecisionHook).
+//
+// # What a hook may do
+//
+// Hooks run on the engine's goroutines (a worker, the fetch or settle
+// loop, a driver's goroutine inside a lane claim or revocation) and never
+// while the engine holds a lock. A hook must be quick and must not block
+// on the consumer: it may read Stats and Lag, but Shutdown and Scale
+// called from a hook return an error wrapping ErrInvalid, and Close
+// stops the consumer in the background without waiting for the hook's
+// goroutine. A hook must not keep the Message it is given after it
+// returns (copy what it needs). Hooks of one kind run in the order they
+// were registered, the client's before the consumer's.
+type Hook any
+
+// PublishHook sees every Client.Publish (not the engine's dead letters,
+// which DeadLetterHook sees). OnPublish runs before the messages are
+// converted for the transport, with their ID and Time filled: it may add
+// headers (a trace context, say) and returns the context the publish
+// continues with and a function called with its outcome.
+type PublishHook interface {
+	OnPublish(ctx context.Context, topic string, msgs []*Message) (context.Context, func(err error))
+}
+
+// HandleHook sees every handler call: OnHandle runs before it with the
+// messages (one, or a batch) and returns the context the handler gets
+// (it carries the values of the context given to Subscribe) and a
+// function called with what the handler returned, after it returned.
+type HandleHook interface {
+	OnHandle(ctx context.Context, topic string, msgs []*Message) (context.Context, func(err error))
+}
+
+// FetchHook sees every Receive that returned deliveries.
+type FetchHook interface {
+	OnFetch(FetchInfo)
+}
+
+// FetchInfo describes one Receive.
+type FetchInfo struct {
+	Topic, Group string
+	Member       int
+	Count, Bytes int
+	Took         time.Duration // how long Receive blocked
+}
+
+// SettleHook sees each message handled with success (EventProcessed) or
+// failed (EventFailed) before what follows the failure.
+type SettleHook interface {
+	OnSettle(Event)
+}
+
+// RetryHook sees each retry scheduled (EventRetried).
+type RetryHook interface {
+	OnRetry(Event)
+}
+
+// DeadLetterHook sees each dead letter published (EventDeadLettered) or
+// not (EventDeadLetterFailed).
+type DeadLetterHook interface {
+	OnDeadLetter(Event)
+}
+
+// CommitHook sees each commit of positions (EventCommitted) and each
+// batch of acknowledgements (EventAcked).
+type CommitHook interface {
+	OnCommit(Event)
+}
+
+// LanesHook sees each lane claim, revocation and loss (EventClaimed,
+// EventRevoked, EventLost).
+type LanesHook interface {
+	OnLanes(Event)
+}
+
+// hookSet is the hooks found among some values, by kind.
+type hookSet struct {
+	publish    []PublishHook
+	handle     []HandleHook
+	fetch      []FetchHook
+	settle     []SettleHook
+	retry      []RetryHook
+	deadLetter []DeadLetterHook
+	commit     []CommitHook
+	lanes      []LanesHook
+	events     bool // any of the event kinds
+}
+
+// add sorts hs into the set by the interfaces each implements.
+func (s *hookSet) add(hs ...Hook) {
+	for _, h := range hs {
+		if h, ok := h.(PublishHook); ok {
+			s.publish = append(s.publish, h)
+		}
+		if h, ok := h.(HandleHook); ok {
+			s.handle = append(s.handle, h)
+		}
+		if h, ok := h.(FetchHook); ok {
+			s.fetch = append(s.fetch, h)
+		}
+		if h, ok := h.(SettleHook); ok {
+			s.settle = append(s.settle, h)
+		}
+		if h, ok := h.(RetryHook); ok {
+			s.retry = append(s.retry, h)
+		}
+		if h, ok := h.(DeadLetterHook); ok {
+			s.deadLetter = append(s.deadLetter, h)
+		}
+		if h, ok := h.(CommitHook); ok {
+			s.commit = append(s.commit, h)
+		}
+		if h, ok := h.(LanesHook); ok {
+			s.lanes = append(s.lanes, h)
+		}
+	}
+	s.events = len(s.settle)+len(s.retry)+len(s.deadLetter)+len(s.commit)+len(s.lanes) > 0
+}
+
+// with is s followed by the hooks of t.
+func (s hookSet) with(t hookSet) hookSet {
+	out := hookSet{
+		publish:    append(s.publish[:len(s.publish):len(s.publish)], t.publish...),
+		handle:     append(s.handle[:len(s.handle):len(s.handle)], t.handle...),
+		fetch:      append(s.fetch[:len(s.fetch):len(s.fetch)], t.fetch...),
+		settle:     append(s.settle[:len(s.settle):len(s.settle)], t.settle...),
+		retry:      append(s.retry[:len(s.retry):len(s.retry)], t.retry...),
+		deadLetter: append(s.deadLetter[:len(s.deadLetter):len(s.deadLetter)], t.deadLetter...),
+		commit:     append(s.commit[:len(s.commit):len(s.commit)], t.commit...),
+		lanes:      append(s.lanes[:len(s.lanes):len(s.lanes)], t.lanes...),
+	}
+	out.events = s.events || t.events
+	return out
+}
+
+// event calls the hooks of e's kind.
+func (s *hookSet) event(e Event) {
+	switch e.Kind {
+	case EventProcessed, EventFailed:
+		for _, h := range s.settle {
+			h.OnSettle(e)
+		}
+	case EventRetried:
+		for _, h := range s.retry {
+			h.OnRetry(e)
+		}
+	case EventDeadLettered, EventDeadLetterFailed:
+		for _, h := range s.deadLetter {
+			h.OnDeadLetter(e)
+		}
+	case EventCommitted, EventAcked:
+		for _, h := range s.commit {
+			h.OnCommit(e)
+		}
+	case EventClaimed, EventRevoked, EventLost:
+		for _, h := range s.lanes {
+			h.OnLanes(e)
+		}
+	}
+}
+
+// wrap runs the hooks of one call in order: each gets the context the one
+// before returned; the returned function calls their ends in reverse.
+func wrap[T any](ctx context.Context, hooks []T, call func(T, context.Context) (context.Context, func(error))) (context.Context, func(error)) {
+	ends := make([]func(error), len(hooks))
+	for i, h := range hooks {
+		ctx, ends[i] = call(h, ctx)
+	}
+	return ctx, func(err error) {
+		for i := len(ends) - 1; i >= 0; i-- {
+			if ends[i] != nil {
+				ends[i](err)
+			}
+		}
+	}
+}
+
+// observerHook adapts an Observe function: it sees every event.
+type observerHook func(Event)
+
+func (f observerHook) OnSettle(e Event)     { f(e) }
+func (f observerHook) OnRetry(e Event)      { f(e) }
+func (f observerHook) OnDeadLetter(e Event) { f(e) }
+func (f observerHook) OnCommit(e Event)     { f(e) }
+func (f observerHook) OnLanes(e Event)      { f(e) }
+
+// WithHooks registers hooks on the client: its publishes and every
+// consumer it makes. Default: none.
+func WithHooks(hooks ...Hook) Option {
+	return func(c *clientConfig) error {
+		c.hooks = append(c.hooks, hooks...)
+		return nil
+	}
+}
+
+// Hooks registers hooks on one consumer, after the client's. Default:
+// none.
+func Hooks(hooks ...Hook) SubscribeOption {
+	return func(c *consumerConfig) error {
+		c.hooks = append(c.hooks, hooks...)
+		return nil
+	}
+}

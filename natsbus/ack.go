@@ -1,0 +1,77 @@
+package natsbus
+
+// Settlement: Ack and Nack take their deliveries out of the held set and
+// acknowledge or nak them on the server. Ack runs on the engine's settle
+// loop, Nack on its workers; sub.mu guards the held set and what the
+// readers remember of the sequences acknowledged and handed back.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// take removes the deliveries from the held set and returns their
+// messages, leaving out those of lanes whose lease ran out (the lane's
+// next owner reads them again). With ack, it records the highest
+// sequence acknowledged per reader; without (Nack), a partition's reader
+// expects them back.
+func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
+	msgs := make([]jetstream.Msg, 0, len(ds))
+	now := time.Now()
+	s.mu.Lock()
+	for _, d := range ds {
+		h, ok := d.Token.(*held)
+		if !ok {
+			continue
+		}
+		if s.held.remove(h) && h.r.valid(now) {
+			msgs = append(msgs, h.msg)
+			switch {
+			case ack && !h.r.exclusive:
+				h.r.recent[h.r.recentAt] = h.seq
+				h.r.recentAt = (h.r.recentAt + 1) % recentAcks
+			case ack && h.seq > h.r.acked.Load():
+				h.r.acked.Store(h.seq) // under s.mu: no lost update
+			case !ack && h.r.exclusive:
+				h.r.nacked[h.seq] = struct{}{}
+			}
+		}
+	}
+	s.mu.Unlock()
+	return msgs
+}
+
+// Ack implements driver.Acker. The acknowledgements are written to the
+// connection; a lost one means a redelivery, never a loss.
+func (s *sub) Ack(_ context.Context, ds []*driver.Delivery) error {
+	var errs []error
+	for _, m := range s.take(ds, true) {
+		if err := m.Ack(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("natsbus: ack %q: %d of %d failed: %w", s.topic, len(errs), len(ds), classify(errors.Join(errs...)))
+	}
+	return nil
+}
+
+// Nack implements driver.Nacker with NakWithDelay.
+func (s *sub) Nack(_ context.Context, ds []*driver.Delivery, delay time.Duration) error {
+	var errs []error
+	for _, m := range s.take(ds, false) {
+		if err := m.NakWithDelay(delay); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("natsbus: nack %q: %d of %d failed: %w", s.topic, len(errs), len(ds), classify(errors.Join(errs...)))
+	}
+	return nil
+}

@@ -1,0 +1,234 @@
+package rabbitbus
+
+// Topology: the names of exchanges and queues, declaring them once per
+// connection on channels of their own (a failed declaration closes its
+// channel), classifying a refusal, the probe for the consistent-hash
+// exchange, and whether a topic exists. It runs on the goroutines of
+// Publish, Subscribe, CreateTopic and Nack, and on the publisher's (which
+// declares again before it re-sends); conn.mu guards the declaration
+// cache, the names declared and the dead-letter topics.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/internal/redact"
+)
+
+// CreateTopic implements driver.TopicCreator: it declares the topic's
+// exchange (and, for a ".dlq" topic, its dead-letter queue). The number of
+// lanes is fixed by the URL's partitions parameter, so lanes is ignored.
+func (c *conn) CreateTopic(ctx context.Context, topic string, _ int) error {
+	if err := c.checkOpen("create topic", topic); err != nil {
+		return err
+	}
+	return c.ensureTopic(ctx, topic)
+}
+
+// declared is an entry of the declaration cache.
+type declared struct {
+	gen uint64    // the publish link's connection it was declared on
+	at  time.Time // when the declaration was sent
+}
+
+// dlqSuffix marks a dead-letter topic: its exchange gets a durable queue
+// of the same name bound to it, so dead letters are kept even when no
+// consumer group reads the topic.
+const dlqSuffix = ".dlq"
+
+func groupQueue(topic, group string) string { return topic + ":" + group }
+func hashExchange(topic, group string) string {
+	return topic + ":" + group
+}
+func partitionQueue(topic, group string, p int) string {
+	return topic + ":" + group + ":" + strconv.Itoa(p)
+}
+
+// EphemeralExpiry is how long the queues of a throwaway group (one the
+// user did not name) outlive their last consumer (RabbitMQ's x-expires),
+// so that a reconnect finds them and nothing is left behind for long.
+const EphemeralExpiry = time.Minute
+
+func (c *conn) queueArgs() amqp.Table {
+	return amqp.Table{amqp.QueueTypeArg: c.cfg.queueType}
+}
+
+// record notes a name about to be declared (for the tests' cleanup: a
+// declaration cut short by a closing connection may still have landed).
+func (c *conn) record(kind, name string) {
+	c.mu.Lock()
+	c.names[kind+":"+name] = true
+	c.mu.Unlock()
+}
+
+// declaredNames returns every exchange ("x:") and queue ("q:") this
+// connection declared.
+func (c *conn) declaredNames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for n := range c.names {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// withChannel runs fn on a short-lived channel of l's connection, until
+// ctx ends (see await). Declarations use their own channel because a
+// failed one closes the channel it ran on.
+func (c *conn) withChannel(ctx context.Context, l *link, fn func(ch *amqp.Channel) error) (uint64, error) {
+	ac, gen, err := l.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return gen, c.await(ctx, func() error {
+		ch, err := ac.Channel()
+		if err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		defer func() { _ = ch.Close() }()
+		return fn(ch)
+	})
+}
+
+// ensure declares the topology named key once per connection, and again
+// once the declaration is older than maxAge (0: never), which renews the
+// lease of a queue declared with x-expires.
+func (c *conn) ensure(ctx context.Context, key string, maxAge time.Duration, fn func(ch *amqp.Channel) error) error {
+	gen := c.pub.generation()
+	c.mu.Lock()
+	d := c.declared[key]
+	c.mu.Unlock()
+	if gen != 0 && d.gen == gen && (maxAge == 0 || time.Since(d.at) < maxAge) {
+		return nil
+	}
+	at := time.Now()
+	got, err := c.withChannel(ctx, c.pub, fn)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.declared[key] = declared{gen: got, at: at}
+	c.mu.Unlock()
+	return nil
+}
+
+// forget drops key from the declaration cache, or the whole cache when
+// key is empty, after the server said something declared is gone.
+func (c *conn) forget(key string) {
+	c.mu.Lock()
+	if key == "" {
+		clear(c.declared)
+	} else {
+		delete(c.declared, key)
+	}
+	c.mu.Unlock()
+}
+
+// ensureTopic declares topic's durable topic exchange and, for a
+// dead-letter topic, its queue.
+func (c *conn) ensureTopic(ctx context.Context, topic string) error {
+	err := c.ensure(ctx, "x:"+topic, 0, func(ch *amqp.Channel) error {
+		c.record("x", topic)
+		if err := declareTopic(ch, topic); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		dead := c.dead[topic]
+		c.mu.Unlock()
+		if dead || strings.HasSuffix(topic, dlqSuffix) {
+			c.record("q", topic)
+			if _, err := ch.QueueDeclare(topic, true, false, false, false, c.queueArgs()); err != nil {
+				return err
+			}
+			if err := ch.QueueBind(topic, "#", topic, false, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return c.topologyError("declare topic", topic, err)
+	}
+	return nil
+}
+
+func declareTopic(ch *amqp.Channel, topic string) error {
+	return ch.ExchangeDeclare(topic, amqp.ExchangeTopic, true, false, false, false, nil)
+}
+
+// topologyError classifies a declaration failure.
+func (c *conn) topologyError(op, name string, err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case amqp.PreconditionFailed:
+			return fmt.Errorf("rabbitbus: %s %q: it exists with other settings (queue_type is %s): %w: %w", op, name, c.cfg.queueType, driver.ErrInvalid, err)
+		case amqp.AccessRefused:
+			return fmt.Errorf("rabbitbus: %s %q: %s may not: %w: %w", op, name, c.cfg.who(), driver.ErrInvalid, redact.Error(err, c.cfg.url))
+		case amqp.NotFound:
+			return fmt.Errorf("rabbitbus: %s %q: %w: %w", op, name, driver.ErrNotFound, err)
+		}
+	}
+	return fmt.Errorf("rabbitbus: %s %q: %w", op, name, err)
+}
+
+// probeHashExchange checks that the consistent-hash exchange type exists.
+// Declaring an unknown exchange type closes the whole connection, so the
+// probe runs on a connection of its own.
+func (c *conn) probeHashExchange(ctx context.Context) error {
+	ac, err := c.cfg.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ac.Close() }()
+	ch, err := ac.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbitbus: open %q: %w", c.cfg.redacted, err)
+	}
+	name := "omnibus.probe." + strconv.FormatUint(rand.Uint64(), 36)
+	if err := ch.ExchangeDeclare(name, "x-consistent-hash", false, true, false, false, nil); err != nil {
+		return fmt.Errorf("rabbitbus: open %q: partitions needs the consistent-hash exchange; enable it on the server with "+
+			"`rabbitmq-plugins enable rabbitmq_consistent_hash_exchange`: %w: %w", c.cfg.redacted, driver.ErrUnsupported, err)
+	}
+	_ = ch.ExchangeDelete(name, false, false)
+	return nil
+}
+
+// TopicExists reports whether topic's exchange exists, read with a
+// passive declare on a channel of its own; it creates nothing. The CLI
+// uses it to say that a tail waits on a new topic, and to keep bench out
+// of a topic in use.
+func (c *conn) TopicExists(ctx context.Context, topic string) (bool, error) {
+	if err := c.checkOpen("topic", topic); err != nil {
+		return false, err
+	}
+	ac, _, err := c.pub.get(ctx)
+	if err != nil {
+		return false, fmt.Errorf("rabbitbus: topic %q: %w", topic, err)
+	}
+	ch, err := ac.Channel()
+	if err != nil {
+		return false, fmt.Errorf("rabbitbus: topic %q: %w", topic, err)
+	}
+	defer ch.Close()
+	err = ch.ExchangeDeclarePassive(topic, amqp.ExchangeTopic, true, false, false, false, nil)
+	var ae *amqp.Error
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("rabbitbus: topic %q: %w", topic, err)
+}
