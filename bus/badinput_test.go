@@ -23,6 +23,11 @@ type Refund struct {
 	Order string `json:"order"`
 }
 
+// Audit is a command billing fails transiently, every time.
+type Audit struct {
+	Order string `json:"order"`
+}
+
 // brokenCodec is JSON under a content type of its own, and fails to
 // decode any body that says "broken".
 type brokenCodec struct{}
@@ -95,7 +100,8 @@ func start(t testing.TB, ctx context.Context, b *bus.Bus) {
 
 // TestBadInput: on every transport, a command type nobody handles and
 // a body that does not decode are dead-lettered with the reason (and a
-// Request of either gets a fault at once); a Request whose deadline
+// Request of either gets a fault at once, as does one whose command ran
+// out of attempts); a Request whose deadline
 // passes returns the context's error, and its late reply is counted and
 // reaches no other Request.
 func TestBadInput(t *testing.T) {
@@ -106,8 +112,12 @@ func TestBadInput(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 
-			billing, err := bus.New(open(t, rawURL), "billing", bus.Namespace(ns), bus.WithCodec(brokenCodec{}))
+			billing, err := bus.New(open(t, rawURL), "billing", bus.Namespace(ns), bus.WithCodec(brokenCodec{}),
+				bus.SubscribeCommands(omnibus.MaxAttempts(2), omnibus.Backoff(10*time.Millisecond, 20*time.Millisecond)))
 			must(t, err)
+			must(t, bus.HandleCommand(billing, func(ctx context.Context, inv bus.Invocation, a Audit) error {
+				return errors.New("auditor busy")
+			}))
 			release, held, holding := make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
 			must(t, bus.HandleCommand(billing, func(ctx context.Context, inv bus.Invocation, c ChargeCard) error {
 				switch c.Order {
@@ -140,6 +150,14 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("Request of a type nobody handles: %v, want a *FaultError naming the missing handler", err)
 			}
 
+			// A command that fails until its attempts run out.
+			rctx, rcancel = context.WithTimeout(ctx, 30*time.Second)
+			_, err = bus.Request[Charged](rctx, orders, "billing", Audit{Order: "audit"})
+			rcancel()
+			if !errors.As(err, &fault) || !strings.Contains(fault.Reason, "auditor busy (attempt 2, the last)") {
+				t.Errorf("Request of a command whose attempts ran out: %v, want a *FaultError with the last error", err)
+			}
+
 			// A body billing cannot decode: its codec fails, or no codec
 			// has the content type.
 			must(t, orders.Send(ctx, "billing", ChargeCard{Order: "broken-codec"}))
@@ -151,6 +169,7 @@ func TestBadInput(t *testing.T) {
 				"refund-requested": `service "billing" has no command handler for type "bus_test.Refund"`,
 				"broken-codec":     "as application/x-broken: broken codec: cannot decode message",
 				"text-plain":       `no codec for content type "text/plain": cannot decode message`,
+				"audit":            "auditor busy",
 			}
 			eventually(t, time.Minute, func() error {
 				got := dead()

@@ -391,7 +391,7 @@ func (b *Bus) subscribe(ctx context.Context, r *route) (*omnibus.Consumer, error
 	var opts []omnibus.SubscribeOption
 	if r.kind != Reply {
 		opts = append(append(opts, b.cfg.subAll...), r.opts...)
-		opts = append(opts, omnibus.Group(b.service))
+		opts = append(opts, omnibus.Group(b.service), omnibus.Hooks(faultHook{b}))
 	} else {
 		opts = r.opts // no Group: a throwaway group of this instance
 	}

@@ -130,10 +130,13 @@
 //
 // [Request] sends a command and waits for its reply, bounded by ctx's
 // deadline: a ctx without a deadline is refused ([ErrNoDeadline]), as a
-// reply may never come. When the handler fails permanently (including
-// no handler and a body that does not decode), the handling service
-// sends a fault and Request returns a [*FaultError] at once; while the
-// handler fails transiently and is retried, Request waits, until its
+// reply may never come. When the command is dead-lettered (the handler
+// failed permanently or ran out of attempts, no handler, a body that
+// does not decode), the handling service sends a fault and Request
+// returns a [*FaultError]; while the handler fails transiently and is
+// retried, Request waits, until its deadline. A fault for a command that
+// ran out of attempts is sent after its dead letter, best effort: if
+// the handling instance stops first, the Request waits for its
 // deadline. A reply that comes after its Request ended, or a second
 // reply (a command handled twice), goes to no one: it is dropped and
 // counted in Stats.LateReplies. Replies to commands sent with Send go

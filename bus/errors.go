@@ -33,11 +33,11 @@ var (
 	ErrStarted = errors.New("bus already started")
 )
 
-// FaultError is what Request returns when the handler of the request
-// failed permanently (returned an omnibus.Permanent error, or the
-// request could not be decoded or had no handler there): the request
-// went to the handling service's dead-letter topic, and the service told
-// the requester why.
+// FaultError is what Request returns when the request was
+// dead-lettered in the handling service (its handler returned an
+// omnibus.Permanent error or ran out of attempts, or the request could
+// not be decoded or had no handler there), and the service told the
+// requester why.
 type FaultError struct {
 	Service string // the service that handled the request
 	Type    string // the request's message type

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"time"
 
 	"github.com/omnibus-go/omnibus"
 )
@@ -340,16 +342,49 @@ func (b *Bus) fault(ctx context.Context, m *omnibus.Message, err error) error {
 	if !omnibus.IsPermanent(err) {
 		err = omnibus.Permanent(err)
 	}
-	if m.Headers[HeaderRequestID] == "" || m.Headers[HeaderReplyTo] == "" || m.Type == TypeFault {
+	if !awaited(m) {
 		return err
 	}
-	body, _ := json.Marshal(faultBody{Service: b.service, Type: m.Type, Reason: err.Error()})
-	f := &omnibus.Message{Type: TypeFault, Source: b.service, ContentType: JSON.ContentType(), Body: body}
-	if ferr := b.answer(withCause(ctx, m), m, f); ferr != nil {
+	if ferr := b.sendFault(ctx, m, err.Error()); ferr != nil {
 		return fmt.Errorf("bus: tell the requester of %q: %w (the failure: %v)", m.ID, ferr, err)
 	}
-	b.stats.replied.Add(1)
 	return err
+}
+
+// awaited reports whether a Request waits for m's answer.
+func awaited(m *omnibus.Message) bool {
+	return m.Headers[HeaderRequestID] != "" && m.Headers[HeaderReplyTo] != "" && m.Type != TypeFault
+}
+
+// sendFault tells the Request waiting for m that m failed for reason.
+func (b *Bus) sendFault(ctx context.Context, m *omnibus.Message, reason string) error {
+	body, _ := json.Marshal(faultBody{Service: b.service, Type: m.Type, Reason: reason})
+	f := &omnibus.Message{Type: TypeFault, Source: b.service, ContentType: JSON.ContentType(), Body: body}
+	if err := b.answer(withCause(ctx, m), m, f); err != nil {
+		return err
+	}
+	b.stats.replied.Add(1)
+	return nil
+}
+
+// faultHook tells a waiting Request of a command that the engine
+// dead-lettered after its last attempt; those the handler failed
+// permanently were told already (see fault). Hooks must not block: the
+// fault is sent from a goroutine of the bus.
+type faultHook struct{ b *Bus }
+
+func (h faultHook) OnDeadLetter(e omnibus.Event) {
+	m := e.Message
+	if e.Kind != omnibus.EventDeadLettered || m == nil || omnibus.IsPermanent(e.Err) || !awaited(m) {
+		return
+	}
+	cp := &omnibus.Message{ID: m.ID, Key: m.Key, Type: m.Type, Headers: maps.Clone(m.Headers)}
+	reason := fmt.Sprintf("%v (attempt %d, the last)", e.Err, m.Attempt)
+	h.b.runs.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = h.b.sendFault(ctx, cp, reason) // lost: the Request waits for its deadline
+	})
 }
 
 type faultBody struct {
