@@ -166,6 +166,7 @@
 // A Bus may be used from any goroutine. Handlers run on the engine's
 // goroutines, concurrently as the ordering mode allows. Start runs one
 // omnibus.Consumer per topic the instance reads, each in a goroutine of
-// the bus; Shutdown drains them and Close stops them, and both wait for
-// those goroutines.
+// the bus, and a fault for a command that ran out of attempts is sent
+// from a goroutine of the bus too; Shutdown drains the consumers and
+// Close stops them, and both wait for those goroutines.
 package bus
