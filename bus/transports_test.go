@@ -1,0 +1,179 @@
+package bus_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/goleak"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/testenv"
+	_ "github.com/omnibus-go/omnibus/kafkabus"
+	_ "github.com/omnibus-go/omnibus/membus"
+	_ "github.com/omnibus-go/omnibus/natsbus"
+	_ "github.com/omnibus-go/omnibus/rabbitbus"
+)
+
+// TestMain silences the engine's logs (the injected handler failures log
+// each) unless BUS_LOG is set, and fails when a goroutine outlives the
+// tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("BUS_LOG") == "" {
+		slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// transport is one transport the bus's tests run on.
+type transport struct {
+	name string
+	// url returns the URL of the transport for test t, and registers the
+	// removal of what the test creates under namespace ns on a shared
+	// server.
+	url func(t testing.TB, ns string) string
+}
+
+var (
+	rabbitURL  = testenv.Getenv("RABBITBUS_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	rabbitAddr = testenv.Getenv("RABBITBUS_ADDR", "127.0.0.1:5672")
+	natsURL    = testenv.Getenv("NATS_URL", "nats://127.0.0.1:4222")
+)
+
+const (
+	startRabbit = "rabbitmq-server -detached"
+	startNATS   = "start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log"
+	// kafkaParams make group membership react in test time.
+	kafkaParams = "heartbeat_interval=100ms&session_timeout=10s&rebalance_timeout=20s&fetch_max_wait=100ms&metadata_max_age=1s"
+)
+
+// transports are the transports every scenario runs on.
+var transports = []transport{
+	{name: "membus", url: func(t testing.TB, ns string) string { return "mem://" + ns }},
+	{name: "kafka", url: func(t testing.TB, ns string) string {
+		c, err := kfake.NewCluster(kfake.NumBrokers(3))
+		if err != nil {
+			t.Fatalf("kfake: %v", err)
+		}
+		t.Cleanup(c.Close)
+		return "kafka://" + strings.Join(c.ListenAddrs(), ",") + "?" + kafkaParams
+	}},
+	{name: "rabbitmq", url: func(t testing.TB, ns string) string {
+		testenv.Require(t, "RabbitMQ", rabbitAddr, startRabbit)
+		t.Cleanup(func() { deleteRabbit(t, ns) })
+		return rabbitURL
+	}},
+	{name: "nats", url: func(t testing.TB, ns string) string {
+		u, err := url.Parse(natsURL)
+		if err != nil {
+			t.Fatalf("NATS_URL %q: %v", natsURL, err)
+		}
+		testenv.Require(t, "NATS server with JetStream", u.Host, startNATS)
+		t.Cleanup(func() { deleteStreams(t, ns) })
+		return natsURL
+	}},
+	{name: "nats-embedded", url: func(t testing.TB, ns string) string {
+		return "nats://embedded?dir=" + t.TempDir()
+	}},
+}
+
+// namespace returns a namespace no other run uses.
+func namespace() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "bt" + hex.EncodeToString(b[:])
+}
+
+// open opens a client on rawURL, closed at cleanup.
+func open(t testing.TB, rawURL string) *omnibus.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := omnibus.Open(ctx, rawURL)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", omnibus.RedactURL(rawURL), err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// deleteStreams removes the streams (and KV buckets) of namespace ns
+// from the external NATS server.
+func deleteStreams(t testing.TB, ns string) {
+	nc, err := nats.Connect(natsURL, nats.Timeout(2*time.Second))
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var del []string
+	for n := range js.StreamNames(ctx).Name() {
+		if strings.HasPrefix(n, ns) || strings.HasPrefix(n, "KV_"+ns) {
+			del = append(del, n)
+		}
+	}
+	for _, n := range del {
+		if err := js.DeleteStream(ctx, n); err != nil {
+			t.Logf("cleanup: delete stream %s: %v", n, err)
+		}
+	}
+}
+
+// deleteRabbit removes the exchanges and queues of namespace ns (all
+// their names start with it) from the RabbitMQ server. AMQP cannot list
+// them: rabbitmqctl does.
+func deleteRabbit(t testing.TB, ns string) {
+	list := func(what string) []string {
+		out, err := exec.Command("rabbitmqctl", "list_"+what, "-q", "--no-table-headers", "name").Output()
+		if err != nil {
+			t.Errorf("cleanup: rabbitmqctl list_%s: %v; delete what starts with %q by hand", what, err, ns)
+			return nil
+		}
+		var names []string
+		for n := range strings.FieldsSeq(string(out)) {
+			if strings.HasPrefix(n, ns) {
+				names = append(names, n)
+			}
+		}
+		return names
+	}
+	queues, exchanges := list("queues"), list("exchanges")
+	ac, err := amqp.Dial(rabbitURL)
+	if err != nil {
+		t.Logf("cleanup: dial: %v", err)
+		return
+	}
+	defer ac.Close()
+	ch, err := ac.Channel()
+	if err != nil {
+		t.Logf("cleanup: channel: %v", err)
+		return
+	}
+	for _, q := range queues {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			t.Logf("cleanup: delete queue %s: %v", q, err)
+			return
+		}
+	}
+	for _, x := range exchanges {
+		if err := ch.ExchangeDelete(x, false, false); err != nil {
+			t.Logf("cleanup: delete exchange %s: %v", x, err)
+			return
+		}
+	}
+}
