@@ -1,12 +1,17 @@
 package bus
 
+// The Bus: one instance of a named service, its topics and groups
+// (Start subscribes them, Shutdown and Close stop them), and the routing
+// of replies to the Requests waiting for them (b.mu guards the routes and
+// the waiting Requests; consumers run the handlers on the engine's
+// goroutines).
+
 import (
 	"context"
 	"errors"
 	"fmt"
 	"reflect"
 	"sync"
-	"sync/atomic"
 
 	"github.com/omnibus-go/omnibus"
 )
@@ -102,124 +107,6 @@ type route struct {
 	batch    bool // a batch handler is registered: the consumer takes batches
 	opts     []omnibus.SubscribeOption
 	consumer *omnibus.Consumer
-}
-
-type config struct {
-	namespace string
-	lanes     int
-	codec     Codec
-	handlerMW []Middleware
-	sendMW    []SendMiddleware
-	subAll    []omnibus.SubscribeOption
-	subCmd    []omnibus.SubscribeOption
-	subEvt    map[string][]omnibus.SubscribeOption
-	subReply  []omnibus.SubscribeOption
-}
-
-// Option configures a Bus.
-type Option func(*config) error
-
-// Namespace starts the name of every topic the bus uses, so several
-// applications (or tests) can share a server. Default: "bus".
-func Namespace(ns string) Option {
-	return func(c *config) error {
-		if err := checkName("namespace", ns, true); err != nil {
-			return err
-		}
-		c.namespace = ns
-		return nil
-	}
-}
-
-// Lanes is the lane count of the topics the bus creates
-// (omnibus.Client.CreateTopic): what bounds the members of a service's
-// group that get work on transports with exclusive lanes. Default: 4.
-// Kafka: partitions; NATS (partitions=N): partition subjects; RabbitMQ
-// and unpartitioned NATS: ignored (the URL sets the lanes).
-func Lanes(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("bus: lanes %d, want at least 1: %w", n, errInvalid)
-		}
-		c.lanes = n
-		return nil
-	}
-}
-
-// WithCodec sets the codec of message types that are not proto.Message
-// (those always use [Protobuf]); the bus also decodes its content type.
-// Default: [JSON].
-func WithCodec(codec Codec) Option {
-	return func(c *config) error {
-		if codec == nil || codec.ContentType() == "" {
-			return fmt.Errorf("bus: codec without a content type: %w", errInvalid)
-		}
-		c.codec = codec
-		return nil
-	}
-}
-
-// Use adds handler middleware; see [Middleware] for the order. Default:
-// none.
-func Use(mw ...Middleware) Option {
-	return func(c *config) error {
-		c.handlerMW = append(c.handlerMW, mw...)
-		return nil
-	}
-}
-
-// UseSend adds send middleware; see [SendMiddleware] for the order.
-// Default: none.
-func UseSend(mw ...SendMiddleware) Option {
-	return func(c *config) error {
-		c.sendMW = append(c.sendMW, mw...)
-		return nil
-	}
-}
-
-// Subscribe passes options to the consumers of the service's commands
-// and of every event subscription (retries, dead-letter topic, ordering,
-// MaxInFlight, batches, Members...). The bus sets the group last (the
-// service's name), so an omnibus.Group here has no effect. Default: the
-// engine's defaults.
-func Subscribe(opts ...omnibus.SubscribeOption) Option {
-	return func(c *config) error {
-		c.subAll = append(c.subAll, opts...)
-		return nil
-	}
-}
-
-// SubscribeCommands passes options to the consumer of the service's
-// commands, after those of [Subscribe].
-func SubscribeCommands(opts ...omnibus.SubscribeOption) Option {
-	return func(c *config) error {
-		c.subCmd = append(c.subCmd, opts...)
-		return nil
-	}
-}
-
-// SubscribeEvents passes options to the consumer of the events of the
-// service from, after those of [Subscribe].
-func SubscribeEvents(from string, opts ...omnibus.SubscribeOption) Option {
-	return func(c *config) error {
-		if err := checkName("service", from, false); err != nil {
-			return err
-		}
-		if c.subEvt == nil {
-			c.subEvt = map[string][]omnibus.SubscribeOption{}
-		}
-		c.subEvt[from] = append(c.subEvt[from], opts...)
-		return nil
-	}
-}
-
-// SubscribeReplies passes options to the instance's consumer of replies.
-// The bus sets a throwaway group last. Default: the engine's defaults.
-func SubscribeReplies(opts ...omnibus.SubscribeOption) Option {
-	return func(c *config) error {
-		c.subReply = append(c.subReply, opts...)
-		return nil
-	}
 }
 
 // New returns an instance of service on client c. service names the
@@ -529,42 +416,4 @@ func (b *Bus) codecFor(ct string, info typeInfo) (Codec, bool) {
 		return JSON, true
 	}
 	return nil, false
-}
-
-// Stats are counters of an instance since New.
-type Stats struct {
-	Sent      int64 // commands sent (Send, Request)
-	Published int64 // events published
-	Replied   int64 // replies sent (Reply, and faults)
-	Handled   int64 // messages whose handler returned nil
-	Failed    int64 // messages whose handler returned an error (each attempt)
-	Unhandled int64 // commands and replies without a handler, dead-lettered
-	Undecoded int64 // messages that could not be decoded, dead-lettered
-	Skipped   int64 // events of types the service has no handler for, settled unhandled
-	Requests  int64 // Request calls
-	Timeouts  int64 // Request calls that ended without a reply (ctx ended)
-	Faults    int64 // Request calls answered with a fault
-	// LateReplies counts replies to requests nobody waits for any more:
-	// their Request ended (deadline) or was already answered (a command
-	// handled twice replies twice). They are dropped.
-	LateReplies int64
-	// OtherReplies counts replies on the service's reply topic for its
-	// other instances, which every instance reads and drops.
-	OtherReplies int64
-}
-
-type stats struct {
-	sent, published, replied, handled, failed, unhandled, undecoded, skipped,
-	requests, timeouts, faults, late, other atomic.Int64
-}
-
-// Stats returns the instance's counters.
-func (b *Bus) Stats() Stats {
-	s := &b.stats
-	return Stats{
-		Sent: s.sent.Load(), Published: s.published.Load(), Replied: s.replied.Load(),
-		Handled: s.handled.Load(), Failed: s.failed.Load(), Unhandled: s.unhandled.Load(),
-		Undecoded: s.undecoded.Load(), Skipped: s.skipped.Load(), Requests: s.requests.Load(),
-		Timeouts: s.timeouts.Load(), Faults: s.faults.Load(), LateReplies: s.late.Load(), OtherReplies: s.other.Load(),
-	}
 }
