@@ -58,7 +58,11 @@ func (l *ledger) commit(ds []*driver.Delivery, err error) {
 		l.commitErrs = append(l.commitErrs, err)
 	}
 	for _, d := range ds {
-		upTo := d.Token.(int64)
+		upTo, perr := strconv.ParseInt(d.Position, 10, 64)
+		if perr != nil {
+			l.violations = append(l.violations, fmt.Sprintf("lane %s: position %q: %v", d.Lane, d.Position, perr))
+			return
+		}
 		for off := l.checked[d.Lane]; off <= upTo; off++ {
 			if !l.settled[d.Lane][off] {
 				l.violations = append(l.violations, fmt.Sprintf("lane %s committed through %d but %d is not settled", d.Lane, upTo, off))

@@ -190,6 +190,21 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 		s, e = &p.s, &p.e
 		*s = slot{lane: l, loose: true, running: 1, one: [1]*entry{e}}
 		s.queue = s.one[:]
+	} else if s = m.slotForLocked(l, d.Key); s == nil {
+		// A key without a slot gets one allocated with its entry, its
+		// queue in the slot itself: one allocation for a new key.
+		p := new(struct {
+			s slot
+			e entry
+		})
+		s, e = &p.s, &p.e
+		key := ""
+		if m.k.cfg.ordering == OrderKey {
+			key = d.Key
+		}
+		*s = slot{lane: l, key: key}
+		s.queue = s.one[:0]
+		l.slots[key] = s
 	} else {
 		e = new(entry)
 	}
@@ -217,13 +232,7 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 		l.held++
 		m.pending++
 	}
-	switch {
-	case loose:
-	case m.k.cfg.ordering == OrderKey:
-		s = l.slotLocked(d.Key)
-		s.queue = append(s.queue, e)
-	default:
-		s = l.slotLocked("")
+	if !loose {
 		s.queue = append(s.queue, e)
 	}
 	switch {
@@ -237,13 +246,14 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	}
 }
 
-func (l *lane) slotLocked(key string) *slot {
-	s := l.slots[key]
-	if s == nil {
-		s = &slot{lane: l, key: key}
-		l.slots[key] = s
+// slotForLocked returns the slot a delivery of key joins in the member's
+// ordering (one per key in key mode, one per lane in lane mode), or nil
+// when there is none yet.
+func (m *member) slotForLocked(l *lane, key string) *slot {
+	if m.k.cfg.ordering != OrderKey {
+		key = ""
 	}
-	return s
+	return l.slots[key]
 }
 
 func (l *lane) dropSlotLocked(s *slot) {

@@ -117,7 +117,7 @@ type slot struct {
 	parked  bool        // waiting for timer: its entries count in member.waiting
 	timer   *time.Timer // pending retry
 	wake    chan struct{}
-	one     [1]*entry // a loose slot's entry, taken for its worker by dispatch
+	one     [1]*entry // the queue's first room, so a new slot allocates none
 }
 
 type entry struct {

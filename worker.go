@@ -190,11 +190,10 @@ func (m *member) invoke(ctx context.Context, batch []*entry) (latency time.Durat
 			m.k.logger.Error("handler panicked", "panic", r, "stack", string(debug.Stack()))
 			err = fmt.Errorf("handler panic: %v", r)
 		}
-		var be *BatchError
-		each := m.k.batch != nil && errors.As(err, &be) && len(be.Errs) == len(batch)
+		errs := batchErrors(m.k.batch != nil, err, len(batch))
 		for i, e := range batch {
-			if each {
-				e.err = be.Errs[i]
+			if errs != nil {
+				e.err = errs[i]
 			} else {
 				e.err = err
 			}
@@ -209,4 +208,18 @@ func (m *member) invoke(ctx context.Context, batch []*entry) (latency time.Durat
 		err = m.k.batch(ctx, msgs)
 	}
 	return 0
+}
+
+// batchErrors returns the per-message errors of a batch handler's
+// *BatchError that names each of the n messages, or nil. It is apart from
+// invoke so that the BatchError variable escapes only for batch handlers.
+func batchErrors(batch bool, err error, n int) []error {
+	if !batch || err == nil {
+		return nil
+	}
+	var be *BatchError
+	if errors.As(err, &be) && len(be.Errs) == n {
+		return be.Errs
+	}
+	return nil
 }

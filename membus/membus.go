@@ -121,6 +121,8 @@ type partition struct {
 
 type record struct {
 	msg driver.Message
+	off int64  // the record's offset in its partition
+	pos string // off in decimal: every delivery of the record shares it
 }
 
 func (b *Bus) topic(name string, partitions int) *topic {
@@ -211,6 +213,8 @@ func (c *conn) Publish(ctx context.Context, name string, msgs []*driver.Message,
 			continue
 		}
 		p := t.parts[t.partitionLocked(recs[i].msg.Key, n)]
+		recs[i].off = int64(len(p.log))
+		recs[i].pos = strconv.FormatInt(recs[i].off, 10)
 		p.log = append(p.log, recs[i])
 	}
 	close(t.notify)

@@ -196,8 +196,8 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 				ds = append(ds, &driver.Delivery{
 					Message:  r.msg,
 					Lane:     t.parts[p].lane,
-					Position: strconv.FormatInt(off, 10),
-					Token:    off,
+					Position: r.pos,
+					Token:    r, // records never change once appended
 				})
 				s.pos[p] = off + 1
 			}
@@ -234,7 +234,7 @@ func (s *sub) Commit(_ context.Context, ds []*driver.Delivery) error {
 			errs = append(errs, fmt.Errorf("membus: commit %q partition %d: %w", t.name, p, ErrNotOwner))
 			continue
 		}
-		s.g.committed[p] = d.Token.(int64) + 1
+		s.g.committed[p] = d.Token.(*record).off + 1
 	}
 	return errors.Join(errs...)
 }
