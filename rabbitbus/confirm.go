@@ -287,7 +287,7 @@ func (p *publisher) down(ch *amqp.Channel, reason *amqp.Error) {
 			errs = append(errs, fmt.Errorf("message %q body is %d bytes, the server's limit is %d: %w: %w", m.pub.MessageId, len(m.pub.Body), p.maxBody, driver.ErrTooLarge, reason))
 		case m.sends >= maxSends:
 			failed = append(failed, m)
-			errs = append(errs, fmt.Errorf("message %q: sent %d times on channels that closed before confirming it, last: %w", m.pub.MessageId, m.sends, reasonErr(reason)))
+			errs = append(errs, fmt.Errorf("message %q: sent %d times on channels that closed before confirming it, last: %w: %w", m.pub.MessageId, m.sends, reasonErr(reason), driver.ErrOutcomeUnknown))
 		default:
 			backlog = append(backlog, m)
 		}

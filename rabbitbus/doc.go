@@ -233,6 +233,14 @@
 // dies are sent again, in order, on the next one (at least once: a
 // message the server took before the drop may be stored twice).
 // Topology is declared again before re-publishing and before consuming.
+// A write that fails on a dead socket goes on the next channel too. What
+// reaches the caller marked for omnibus.Publish to try again (it does,
+// with the same IDs, until its context ends): a declaration cut off by
+// the lost connection (driver.ErrRetryable: nothing was published), and
+// a message sent on 10 channels that each closed before confirming it
+// (driver.ErrOutcomeUnknown). RabbitMQ keeps no message IDs, so a message
+// published again after an unknown outcome, by either layer, may be
+// stored twice: consumers see the copy as a duplicate with the same ID.
 // When a consuming channel dies, its lane is reported lost (the engine
 // abandons the work in flight; acknowledgements of deliveries from the
 // dead channel are dropped, never sent on the new one, and the server

@@ -226,7 +226,11 @@ func (p *publisher) write(ctx context.Context, pms []*pmsg, confirm bool) error 
 				p.pendMu.Unlock()
 				m.sends--
 			}
-			if !ch.IsClosed() { // the message itself is bad
+			// A write that failed on a dead socket did not put the whole
+			// message on the wire (amqp091 shuts the connection after it,
+			// and the server drops a message cut short): it goes on the
+			// next channel, as if the channel had been closed already.
+			if !ch.IsClosed() && !connectionLost(err) { // the message itself is bad
 				if confirm {
 					m.b.finish(m.i, err)
 				} else {

@@ -169,6 +169,10 @@ func declareTopic(ch *amqp.Channel, topic string) error {
 
 // topologyError classifies a declaration failure.
 func (c *conn) topologyError(op, name string, err error) error {
+	if connectionLost(err) {
+		// Declarations are idempotent and nothing was published yet.
+		return fmt.Errorf("rabbitbus: %s %q: the connection was lost: %w: %w", op, name, err, driver.ErrRetryable)
+	}
 	var ae *amqp.Error
 	if errors.As(err, &ae) {
 		switch ae.Code {
