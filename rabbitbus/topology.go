@@ -4,8 +4,7 @@ package rabbitbus
 // connection on channels of their own (a failed declaration closes its
 // channel), classifying a refusal, the probe for the consistent-hash
 // exchange, and whether a topic exists. It runs on the goroutines of
-// Publish, Subscribe, CreateTopic and Nack, and on the publisher's (which
-// declares again before it re-sends); conn.mu guards the declaration
+// Publish, Subscribe, CreateTopic and Nack; conn.mu guards the declaration
 // cache, the names declared and the dead-letter topics.
 
 import (
