@@ -215,9 +215,20 @@ func (c *Client) Driver() driver.Conn { return c.conn }
 // (a CloudEvents binding's names, see Message), is an error wrapping
 // ErrInvalid and nothing is sent.
 //
-// When the transport fails some messages of the batch, Publish returns a
-// *PublishError listing them; the others landed. Any other error means no
-// message can be assumed to have landed.
+// A message whose publish failed with an error the transport marked
+// ErrRetryable (the server cannot have acted on it) or ErrOutcomeUnknown
+// (the connection was lost before the server answered) is published
+// again with the same ID, after a backoff (25ms doubling to 1s), until it
+// lands, fails otherwise, or ctx ends: a broker restart or a leader
+// change within ctx's deadline is ridden through. Without a deadline,
+// Publish waits for as long as the transport keeps failing that way.
+// Where the transport cannot drop a copy by its ID, a message published
+// again after an unknown outcome may be stored twice (each transport's
+// documentation says). PublishRetryHook sees each try again.
+//
+// When some messages of the batch fail, Publish returns a *PublishError
+// listing them; the others landed. Any other error means no message can
+// be assumed to have landed.
 func (c *Client) Publish(ctx context.Context, topic string, msgs ...*Message) error {
 	if err := c.checkOpen("publish", topic); err != nil {
 		return err
@@ -252,7 +263,7 @@ func (c *Client) Publish(ctx context.Context, topic string, msgs ...*Message) er
 		dms[i] = toDriver(m)
 		ptrs[i] = &dms[i]
 	}
-	err := c.publish(ctx, topic, ptrs, driver.PublishOptions{Durability: c.durability})
+	err := c.publishRetrying(ctx, topic, ptrs, driver.PublishOptions{Durability: c.durability})
 	if end != nil {
 		end(err)
 	}

@@ -25,6 +25,12 @@ var (
 	// ErrRetryable: the server cannot have acted on the request, so trying
 	// it again is safe.
 	ErrRetryable = driver.ErrRetryable
+	// ErrOutcomeUnknown: the server may or may not have acted on the
+	// request (the connection was lost before it answered, a request
+	// timed out). Publish tries such messages again with the same IDs
+	// until its context ends; the transport's documentation says whether
+	// one can then be stored twice.
+	ErrOutcomeUnknown = driver.ErrOutcomeUnknown
 	// ErrUnknownScheme: no driver is registered for the URL's scheme.
 	ErrUnknownScheme = errors.New("unknown scheme")
 	// ErrPermanent marks a handler error that retrying cannot fix; the

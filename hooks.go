@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// A Hook is a value implementing one or more of PublishHook, HandleHook,
-// FetchHook, SettleHook, RetryHook, DeadLetterHook, CommitHook and
-// LanesHook (package autoscale adds its DecisionHook).
+// A Hook is a value implementing one or more of PublishHook,
+// PublishRetryHook, HandleHook, FetchHook, SettleHook, RetryHook,
+// DeadLetterHook, CommitHook and LanesHook (package autoscale adds its DecisionHook).
 //
 // # What a hook may do
 //
@@ -89,15 +89,16 @@ type LanesHook interface {
 
 // hookSet is the hooks found among some values, by kind.
 type hookSet struct {
-	publish    []PublishHook
-	handle     []HandleHook
-	fetch      []FetchHook
-	settle     []SettleHook
-	retry      []RetryHook
-	deadLetter []DeadLetterHook
-	commit     []CommitHook
-	lanes      []LanesHook
-	events     bool // any of the event kinds
+	publish      []PublishHook
+	publishRetry []PublishRetryHook
+	handle       []HandleHook
+	fetch        []FetchHook
+	settle       []SettleHook
+	retry        []RetryHook
+	deadLetter   []DeadLetterHook
+	commit       []CommitHook
+	lanes        []LanesHook
+	events       bool // any of the event kinds
 }
 
 // add sorts hs into the set by the interfaces each implements.
@@ -105,6 +106,9 @@ func (s *hookSet) add(hs ...Hook) {
 	for _, h := range hs {
 		if h, ok := h.(PublishHook); ok {
 			s.publish = append(s.publish, h)
+		}
+		if h, ok := h.(PublishRetryHook); ok {
+			s.publishRetry = append(s.publishRetry, h)
 		}
 		if h, ok := h.(HandleHook); ok {
 			s.handle = append(s.handle, h)
@@ -134,14 +138,15 @@ func (s *hookSet) add(hs ...Hook) {
 // with is s followed by the hooks of t.
 func (s hookSet) with(t hookSet) hookSet {
 	out := hookSet{
-		publish:    append(s.publish[:len(s.publish):len(s.publish)], t.publish...),
-		handle:     append(s.handle[:len(s.handle):len(s.handle)], t.handle...),
-		fetch:      append(s.fetch[:len(s.fetch):len(s.fetch)], t.fetch...),
-		settle:     append(s.settle[:len(s.settle):len(s.settle)], t.settle...),
-		retry:      append(s.retry[:len(s.retry):len(s.retry)], t.retry...),
-		deadLetter: append(s.deadLetter[:len(s.deadLetter):len(s.deadLetter)], t.deadLetter...),
-		commit:     append(s.commit[:len(s.commit):len(s.commit)], t.commit...),
-		lanes:      append(s.lanes[:len(s.lanes):len(s.lanes)], t.lanes...),
+		publish:      append(s.publish[:len(s.publish):len(s.publish)], t.publish...),
+		publishRetry: append(s.publishRetry[:len(s.publishRetry):len(s.publishRetry)], t.publishRetry...),
+		handle:       append(s.handle[:len(s.handle):len(s.handle)], t.handle...),
+		fetch:        append(s.fetch[:len(s.fetch):len(s.fetch)], t.fetch...),
+		settle:       append(s.settle[:len(s.settle):len(s.settle)], t.settle...),
+		retry:        append(s.retry[:len(s.retry):len(s.retry)], t.retry...),
+		deadLetter:   append(s.deadLetter[:len(s.deadLetter):len(s.deadLetter)], t.deadLetter...),
+		commit:       append(s.commit[:len(s.commit):len(s.commit)], t.commit...),
+		lanes:        append(s.lanes[:len(s.lanes):len(s.lanes)], t.lanes...),
 	}
 	out.events = s.events || t.events
 	return out

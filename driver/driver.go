@@ -35,7 +35,12 @@
 // ([ErrNotFound], [ErrUnsupported], ...) where the condition matches, so
 // package omnibus can classify it. [ErrRetryable] marks an error after which
 // the server cannot have acted on the request, the same contract as
-// database/sql/driver.ErrBadConn.
+// database/sql/driver.ErrBadConn. [ErrOutcomeUnknown] marks an error after
+// which the server may or may not have acted (the connection was lost
+// between a publish and its confirm, a request timed out). Package
+// omnibus publishes again, with the same message IDs, what failed with
+// either mark; a driver marks nothing else that way, and says in its
+// documentation whether a message published again can be stored twice.
 //
 // # Concurrency
 //
@@ -62,6 +67,8 @@ var (
 	ErrTooLarge    = errors.New("message too large")
 	ErrRetryable   = errors.New("retryable")
 	ErrInvalid     = errors.New("invalid argument")
+	// ErrOutcomeUnknown: the request may or may not have taken effect.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
 // Driver opens connections for one URL scheme. It is registered with

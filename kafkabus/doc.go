@@ -114,6 +114,17 @@
 // reported one by one (a record over max_message_bytes fails with
 // ErrTooLarge while the others land). Records of one key keep their order.
 //
+// franz-go retries a produce inside the client until delivery_timeout
+// (a leader moving, a broker restarting); with durability all the
+// producer is idempotent, so those retries store a record once. A record
+// franz-go gives up on (its delivery timeout, its retries), or whose
+// connection drops with the request on it, fails marked
+// driver.ErrOutcomeUnknown; one that never reached a broker (no
+// connection, not the leader, not enough replicas) driver.ErrRetryable.
+// omnibus.Publish produces those again with the same IDs until its
+// context ends; a record produced again is a new record to Kafka, so one
+// that had landed is stored twice (the same ID in ce_id).
+//
 // A subscription is a member of a Kafka consumer group (group.id is the
 // omnibus group) using the cooperative-sticky balancer; each assigned
 // partition is a lane named by its number ("0", "1", ...), and a

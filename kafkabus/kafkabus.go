@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strings"
@@ -327,13 +328,21 @@ func classify(err error) error {
 		errors.Is(err, kerr.NotCoordinator), errors.Is(err, kerr.CoordinatorLoadInProgress):
 		// The broker rejected the request before acting on it.
 		return fmt.Errorf("%w: %w", err, driver.ErrRetryable)
+	case errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries):
+		// franz-go gave up on a record it may have written: its own
+		// retries (deduplicated by the idempotent producer) are over.
+		return fmt.Errorf("%w: %w", err, driver.ErrOutcomeUnknown)
 	case errors.As(err, &ke):
 		return err
 	}
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
+	switch {
+	case errors.As(err, &op) && op.Op == "dial":
 		// No connection, so no request reached a broker.
 		return fmt.Errorf("%w: %w", err, driver.ErrRetryable)
+	case errors.As(err, &op), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		// The connection dropped with a request on it.
+		return fmt.Errorf("%w: %w", err, driver.ErrOutcomeUnknown)
 	}
 	return err
 }

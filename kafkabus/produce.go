@@ -90,7 +90,7 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 		select {
 		case results = <-done: // finished at the same moment
 		default:
-			return fmt.Errorf("kafkabus: publish %q: %d message(s), outcome unknown: %w", topic, len(msgs), ctx.Err())
+			return fmt.Errorf("kafkabus: publish %q: %d message(s): %w: %w", topic, len(msgs), driver.ErrOutcomeUnknown, ctx.Err())
 		}
 	}
 	var errs []error

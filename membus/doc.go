@@ -33,7 +33,9 @@
 // offset 0 with StartEarliest. Commits from a member that no longer owns
 // the partition are rejected. Lag is the partition's end offset minus the
 // committed offset, in records. Nothing is ever deleted while the bus is
-// open.
+// open. A publish succeeds or fails for good (too large, closed): it is
+// never marked for omnibus.Publish to try again, so it never stores a
+// message twice.
 //
 //	capability       membus
 //	ordered lanes    yes (partitions)

@@ -338,8 +338,15 @@
 //
 // The connection reconnects forever by default; publishes and acks made
 // while it is away are buffered (up to 64 MiB) and sent on reconnect, and
-// consumers resume, so a server restart loses nothing (publishes that
-// fail during it are safe to repeat with the same IDs).
+// consumers resume, so a server restart loses nothing. A publish ack
+// lost with the connection (nats.go fails pending acks on reconnect) or
+// not received in time is marked driver.ErrOutcomeUnknown; no responders,
+// a reconnect buffer that is full or too many acks outstanding are
+// marked driver.ErrRetryable; omnibus.Publish publishes those messages
+// again with the same IDs until its context ends. Each message carries
+// its ID as Nats-Msg-Id, so the stream drops a copy that arrives within
+// its duplicate window (dupe_window, 2 minutes by default): a publish
+// tried again within the window is stored once.
 //
 // Publishing waits for JetStream's publish acks asynchronously, up to
 // publish_window messages per client at once; a batch reports failures

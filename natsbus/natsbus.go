@@ -232,8 +232,16 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", err, driver.ErrNotFound)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("%w: %w", err, driver.ErrTooLarge)
-	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrReconnectBufExceeded),
+		errors.Is(err, jetstream.ErrTooManyStalledMsgs):
+		// Nothing reached a server that could act on it.
 		return fmt.Errorf("%w: %w", err, driver.ErrRetryable)
+	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrAsyncPublishTimeout),
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		// Sent, with no answer: the connection dropped before the ack
+		// (nats.go fails pending acks on reconnect), or none came in time.
+		return fmt.Errorf("%w: %w", err, driver.ErrOutcomeUnknown)
 	case errors.Is(err, nats.ErrConnectionClosed):
 		return fmt.Errorf("%w: %w", err, driver.ErrClosed)
 	}

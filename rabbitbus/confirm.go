@@ -1,11 +1,12 @@
 package rabbitbus
 
 // Confirms: the publisher's goroutine (run) opens the confirm-mode
-// channel, declares again and re-sends what a dead channel left
-// unconfirmed, and matches confirms and returns to the messages pending
-// (a return comes before its message's confirm and carries no delivery
-// tag: routes count them). pendMu guards the pending messages, the
-// routes and the backlog; sendMu is taken to change the channel.
+// channel, matches confirms and returns to the messages pending (a
+// return comes before its message's confirm and carries no delivery tag:
+// routes count them), and fails what a dead channel left unconfirmed
+// with driver.ErrOutcomeUnknown, which omnibus.Publish sends again.
+// pendMu guards the pending messages and the routes; sendMu is taken to
+// change the channel.
 
 import (
 	"context"
@@ -19,10 +20,6 @@ import (
 
 	"github.com/omnibus-go/omnibus/driver"
 )
-
-// maxSends bounds how often one message is sent on channels that then
-// died before confirming it.
-const maxSends = 10
 
 // route counts, for the mandatory messages pending with one exchange,
 // routing key and message ID, the returns the server sent. A return
@@ -97,9 +94,6 @@ func (p *publisher) run() {
 			p.failAll(driver.ErrClosed)
 			return
 		}
-		if err := p.redeclare(ctx); err != nil {
-			continue
-		}
 		ch, err := ac.Channel()
 		if err != nil {
 			continue
@@ -117,7 +111,7 @@ func (p *publisher) run() {
 			defer close(served)
 			p.serve(confirms, returns)
 		}()
-		p.resend(ch)
+		p.open(ch)
 		select {
 		case <-served:
 		case <-p.halt:
@@ -135,61 +129,15 @@ func (p *publisher) run() {
 	}
 }
 
-// redeclare makes sure the targets of the backlog exist (after a broker
-// restart, or after the server said one was gone).
-func (p *publisher) redeclare(ctx context.Context) error {
-	p.pendMu.Lock()
-	backlog := slices.Clone(p.backlog)
-	p.pendMu.Unlock()
-	seen := map[string]bool{}
-	for _, m := range backlog {
-		k := m.exchange + "\x00" + m.key
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		var err error
-		if m.declare != nil {
-			err = m.declare(ctx)
-		} else if m.exchange != "" {
-			err = p.c.ensureTopic(ctx, m.exchange)
-		}
-		if err != nil {
-			p.c.log.Warn("redeclaring before re-publishing failed", "exchange", m.exchange, "err", err)
-			return err
-		}
-	}
-	return nil
-}
-
-// resend sends the backlog on the new channel ch, then opens ch to
-// publishers.
-func (p *publisher) resend(ch *amqp.Channel) {
+// open makes ch the channel publishers send on.
+func (p *publisher) open(ch *amqp.Channel) {
 	p.sendMu <- struct{}{}
 	defer func() { <-p.sendMu }()
 	p.pendMu.Lock()
-	backlog := p.backlog
-	p.backlog = nil
 	p.pending = map[uint64]*pmsg{}
 	clear(p.routes)
 	p.pendMu.Unlock()
 	p.nextTag = 1
-	for n, m := range backlog {
-		tag := p.nextTag
-		m.sends++
-		p.pendMu.Lock()
-		p.addLocked(tag, m)
-		p.pendMu.Unlock()
-		if err := ch.Publish(m.exchange, m.key, m.mandatory, false, m.pub); err != nil {
-			p.pendMu.Lock()
-			p.removeLocked(tag)
-			m.sends--
-			p.backlog = append(backlog[n:], p.backlog...)
-			p.pendMu.Unlock()
-			return // the channel died again; run notices
-		}
-		p.nextTag++
-	}
 	p.ch = ch
 	close(p.up)
 }
@@ -254,7 +202,10 @@ func (p *publisher) confirmed(c amqp.Confirmation) {
 
 var tooLarge = regexp.MustCompile(`message size (\d+) is larger than (?:configured )?max size (\d+)`)
 
-// down moves what the dead channel ch left unconfirmed to the backlog.
+// down fails what the dead channel ch left unconfirmed: a message over
+// the server's size limit (it closed the channel for it) with
+// ErrTooLarge, the others with ErrOutcomeUnknown (the server may have
+// stored them), for omnibus.Publish to send again.
 func (p *publisher) down(ch *amqp.Channel, reason *amqp.Error) {
 	p.sendMu <- struct{}{}
 	if p.ch == ch {
@@ -269,9 +220,8 @@ func (p *publisher) down(ch *amqp.Channel, reason *amqp.Error) {
 		tags = append(tags, t)
 	}
 	slices.Sort(tags)
-	var failed []*pmsg
-	var errs []error
-	backlog := make([]*pmsg, 0, len(tags)+len(p.backlog))
+	failed := make([]*pmsg, 0, len(tags))
+	errs := make([]error, 0, len(tags))
 	if reason != nil {
 		if sm := tooLarge.FindStringSubmatch(reason.Reason); sm != nil {
 			if n, err := strconv.Atoi(sm[2]); err == nil {
@@ -285,14 +235,11 @@ func (p *publisher) down(ch *amqp.Channel, reason *amqp.Error) {
 		case p.maxBody > 0 && len(m.pub.Body) > p.maxBody:
 			failed = append(failed, m)
 			errs = append(errs, fmt.Errorf("message %q body is %d bytes, the server's limit is %d: %w: %w", m.pub.MessageId, len(m.pub.Body), p.maxBody, driver.ErrTooLarge, reason))
-		case m.sends >= maxSends:
-			failed = append(failed, m)
-			errs = append(errs, fmt.Errorf("message %q: sent %d times on channels that closed before confirming it, last: %w", m.pub.MessageId, m.sends, reasonErr(reason)))
 		default:
-			backlog = append(backlog, m)
+			failed = append(failed, m)
+			errs = append(errs, fmt.Errorf("message %q: the channel closed before the server confirmed it (%w): %w", m.pub.MessageId, reasonErr(reason), driver.ErrOutcomeUnknown))
 		}
 	}
-	p.backlog = append(backlog, p.backlog...)
 	p.pending = map[uint64]*pmsg{}
 	clear(p.routes)
 	p.pendMu.Unlock()
@@ -303,7 +250,7 @@ func (p *publisher) down(ch *amqp.Channel, reason *amqp.Error) {
 		p.c.forget("")
 	}
 	if reason != nil && !p.closed.Load() {
-		p.c.log.Warn("publishing channel closed; re-publishing unconfirmed messages", "reason", reason, "unconfirmed", len(p.backlog))
+		p.c.log.Warn("publishing channel closed; its unconfirmed messages fail as of unknown outcome", "reason", reason, "unconfirmed", len(failed))
 	}
 }
 
@@ -321,10 +268,8 @@ func (p *publisher) failAll(err error) {
 	for _, m := range p.pending {
 		ms = append(ms, m)
 	}
-	ms = append(ms, p.backlog...)
 	p.pending = map[uint64]*pmsg{}
 	clear(p.routes)
-	p.backlog = nil
 	p.pendMu.Unlock()
 	for _, m := range ms {
 		m.b.finish(m.i, err)

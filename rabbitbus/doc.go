@@ -128,7 +128,8 @@
 // driver.ErrTooLarge, each in a *driver.MessageErrors entry of its own. If
 // the server closes the channel because a body is over its own
 // max_message_size, that message fails with ErrTooLarge and the others
-// are sent again.
+// unconfirmed fail as of unknown outcome (see Reconnection), which
+// omnibus.Publish sends again.
 //
 // During a memory or disk alarm the server blocks the connections that
 // publish (connection.blocked) and stops reading from them. Publish then
@@ -228,11 +229,23 @@
 // A client uses two connections, one for publishing and one (opened by
 // the first Subscribe) for consuming. When either drops, it reconnects
 // with backoff (100ms doubling to 3s, jittered) until Close. Publish
-// blocks while the publishing channel is down, until its context ends or
-// the channel is back; messages sent and not yet confirmed when a channel
-// dies are sent again, in order, on the next one (at least once: a
-// message the server took before the drop may be stored twice).
-// Topology is declared again before re-publishing and before consuming.
+// waits while the publishing channel is down, until its context ends or
+// the channel is back. When the channel dies under a Publish, its
+// messages fail marked for omnibus.Publish to send again (it does, with
+// the same IDs, after a backoff, until its context ends):
+//
+//   - a message sent and not yet confirmed: driver.ErrOutcomeUnknown (the
+//     server may have stored it);
+//   - a message whose write failed on the dead socket, and those after
+//     it: driver.ErrRetryable (a message cut short is dropped by the
+//     server; the others were not written);
+//   - a declaration cut off by the lost connection: driver.ErrRetryable
+//     (nothing was published).
+//
+// Topology is declared again on the new connection before publishing and
+// before consuming. RabbitMQ keeps no message IDs, so a message published
+// again after an unknown outcome may be stored twice: consumers see the
+// copy as a duplicate with the same ID.
 // When a consuming channel dies, its lane is reported lost (the engine
 // abandons the work in flight; acknowledgements of deliveries from the
 // dead channel are dropped, never sent on the new one, and the server

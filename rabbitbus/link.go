@@ -10,10 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -73,6 +75,24 @@ func (c *config) openError(err error) error {
 		return fmt.Errorf("rabbitbus: open %q: virtual host %q not found or not permitted for %s: %w: %w", c.redacted, c.vhost, who, driver.ErrNotFound, err)
 	}
 	return fmt.Errorf("rabbitbus: open %q: %w", c.redacted, err)
+}
+
+// connectionLost reports whether err says that the connection or the
+// channel went away (a broker restart, a dropped socket), as opposed to
+// the server refusing the request. A request that failed that way was
+// not taken whole by the server, or was taken with no answer reaching
+// us.
+func connectionLost(err error) bool {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		// 504: the channel or connection is not open (amqp.ErrClosed);
+		// 320: the broker closes the connection (shutting down); 501: the
+		// client's write failed and it shut the connection.
+		return ae.Code == amqp.ChannelError || ae.Code == amqp.ConnectionForced || ae.Code == amqp.FrameError
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // --- connection supervision ---

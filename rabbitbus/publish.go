@@ -31,8 +31,8 @@ var ErrNacked = errors.New("the server nacked the message")
 // publisher owns the confirm-mode channel of the publishing connection.
 //
 // Goroutines: run (owned by the publisher, ended by stop) opens the
-// channel, re-sends what a dead channel left unconfirmed, and runs the
-// confirm loop. A Publish whose ctx can end writes on a goroutine of
+// channel, runs the confirm loop, and fails what a dead channel left
+// unconfirmed. A Publish whose ctx can end writes on a goroutine of
 // conn.await, so that it returns at its deadline while a write is stuck
 // on a connection the server blocks; the others write on the caller's
 // goroutine.
@@ -53,7 +53,6 @@ type publisher struct {
 	pendMu  sync.Mutex
 	pending map[uint64]*pmsg  // by delivery tag on ch
 	routes  map[string]*route // mandatory messages pending, by routeKey
-	backlog []*pmsg           // unconfirmed on a dead channel: sent first on the next
 	maxBody int               // the server's limit, once it told us (0: not yet)
 
 	closed atomic.Bool
@@ -67,10 +66,8 @@ type pmsg struct {
 	key       string
 	mandatory bool
 	pub       amqp.Publishing
-	declare   func(context.Context) error // makes sure the target exists
 	b         *pbatch
 	i         int
-	sends     int
 	returns   int // the route's returns when it was sent
 }
 
@@ -189,14 +186,25 @@ func (p *publisher) publish(ctx context.Context, topic string, pms []*pmsg, b *p
 
 // send puts pms on the channel in order, waiting for a channel while
 // there is none and for the server to unblock the connection while it
-// blocks it. A message whose send fails because the channel died is sent
-// again on the next one. send returns when ctx ends even while a write is
-// stuck (see conn.await); the messages not yet written are then not sent.
+// blocks it. When the channel dies under a send, the message and those
+// after it fail with driver.ErrRetryable: a write cut off by a dead
+// socket did not put the whole message on the wire (amqp091 shuts the
+// connection after it, and the server drops a message cut short), and
+// the others were not written. send returns when ctx ends even while a
+// write is stuck (see conn.await); the messages not yet written are then
+// not sent.
 func (p *publisher) send(ctx context.Context, pms []*pmsg, confirm bool) error {
 	return p.c.await(ctx, func() error { return p.write(ctx, pms, confirm) })
 }
 
 func (p *publisher) write(ctx context.Context, pms []*pmsg, confirm bool) error {
+	fail := func(m *pmsg, err error) {
+		if confirm {
+			m.b.finish(m.i, err)
+		} else {
+			m.b.errs[m.i] = err
+		}
+	}
 	i := 0
 	for i < len(pms) {
 		if err := p.writable(ctx); err != nil {
@@ -210,7 +218,6 @@ func (p *publisher) write(ctx context.Context, pms []*pmsg, confirm bool) error 
 			m := pms[i]
 			tag := p.nextTag
 			if confirm {
-				m.sends++
 				p.pendMu.Lock()
 				p.addLocked(tag, m)
 				p.pendMu.Unlock()
@@ -224,21 +231,23 @@ func (p *publisher) write(ctx context.Context, pms []*pmsg, confirm bool) error 
 				p.pendMu.Lock()
 				p.removeLocked(tag)
 				p.pendMu.Unlock()
-				m.sends--
 			}
-			if !ch.IsClosed() { // the message itself is bad
-				if confirm {
-					m.b.finish(m.i, err)
-				} else {
-					m.b.errs[m.i] = err
-				}
+			if !ch.IsClosed() && !connectionLost(err) { // the message itself is bad
+				fail(m, err)
 				continue
 			}
 			if p.ch == ch {
 				p.ch = nil
 				p.up = make(chan struct{})
 			}
-			break
+			for j, m := range pms[i:] {
+				what := "not sent"
+				if j == 0 {
+					what = "cut off"
+				}
+				fail(m, fmt.Errorf("message %q %s: the channel closed (%w): %w", m.pub.MessageId, what, err, driver.ErrRetryable))
+			}
+			i = len(pms)
 		}
 		<-p.sendMu
 	}

@@ -72,7 +72,7 @@ func (s *sub) Nack(ctx context.Context, ds []*driver.Delivery, delay time.Durati
 		pms := make([]*pmsg, len(todo))
 		for j, i := range todo {
 			d := ds[i]
-			pms[j] = &pmsg{key: q, mandatory: true, pub: encode(&d.Message, true, d.Attempt+1, true), declare: declare, b: b, i: j}
+			pms[j] = &pmsg{key: q, mandatory: true, pub: encode(&d.Message, true, d.Attempt+1, true), b: b, i: j}
 		}
 		if err := s.c.publisher.publish(ctx, q, pms, b, true); err != nil {
 			for _, i := range todo {

@@ -4,8 +4,7 @@ package rabbitbus
 // connection on channels of their own (a failed declaration closes its
 // channel), classifying a refusal, the probe for the consistent-hash
 // exchange, and whether a topic exists. It runs on the goroutines of
-// Publish, Subscribe, CreateTopic and Nack, and on the publisher's (which
-// declares again before it re-sends); conn.mu guards the declaration
+// Publish, Subscribe, CreateTopic and Nack; conn.mu guards the declaration
 // cache, the names declared and the dead-letter topics.
 
 import (
@@ -169,6 +168,10 @@ func declareTopic(ch *amqp.Channel, topic string) error {
 
 // topologyError classifies a declaration failure.
 func (c *conn) topologyError(op, name string, err error) error {
+	if connectionLost(err) {
+		// Declarations are idempotent and nothing was published yet.
+		return fmt.Errorf("rabbitbus: %s %q: the connection was lost: %w: %w", op, name, err, driver.ErrRetryable)
+	}
 	var ae *amqp.Error
 	if errors.As(err, &ae) {
 		switch ae.Code {

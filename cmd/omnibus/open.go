@@ -39,7 +39,7 @@ func (a *app) resolveURL(flag string) string {
 
 // open connects to the transport named by the flag, OMNIBUS_URL or the
 // default.
-func (a *app) open(ctx context.Context, flag string) (*omnibus.Client, error) {
+func (a *app) open(ctx context.Context, flag string, opts ...omnibus.Option) (*omnibus.Client, error) {
 	raw := a.resolveURL(flag)
 	octx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
@@ -49,7 +49,7 @@ func (a *app) open(ctx context.Context, flag string) (*omnibus.Client, error) {
 	}
 	done := make(chan opened, 1)
 	go func() { // ends with octx at the latest
-		c, err := omnibus.Open(octx, raw)
+		c, err := omnibus.Open(octx, raw, opts...)
 		done <- opened{c, err}
 	}()
 	var r opened

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/omnibus-go/omnibus"
@@ -36,7 +37,9 @@ ending), or, with --count, that many generated messages of --size bytes,
 keyed over --keys distinct keys. It ends with a summary line: messages sent
 (confirmed by the transport), failed (refused: they did not land),
 unconfirmed (the publish ended before the transport answered: they may
-have landed), not sent, and the rate. On Ctrl-C it starts no new batch
+have landed), retried (publishes tried again with the same IDs after the
+transport lost its connection or did not answer, as during a broker
+restart: they count as sent once confirmed), not sent, and the rate. On Ctrl-C it starts no new batch
 and waits up to 5s for the one in flight. On a terminal, large counts
 show a progress bar.`,
 		Example: `  echo '{"id":1}' | omnibus send --topic orders --key customer-7 --header kind=test
@@ -90,12 +93,18 @@ func (o *sendOptions) validate(cmd *cobra.Command) (map[string]string, error) {
 
 // sendStats counts what send did with each message.
 type sendStats struct {
-	sent        int // the transport confirmed them
-	failed      int // the transport refused them: they did not land
-	unconfirmed int // the publish ended without an answer: they may have landed
+	sent        int          // the transport confirmed them
+	failed      int          // the transport refused them: they did not land
+	unconfirmed int          // the publish ended without an answer: they may have landed
+	retried     atomic.Int64 // messages published again (see OnPublishRetry)
 	firstErr    error
 	start       time.Time
 }
+
+// OnPublishRetry counts the messages Publish tries again (a broker
+// restarting, a leader moving): send rides through them and says how
+// many there were.
+func (st *sendStats) OnPublishRetry(r omnibus.PublishRetry) { st.retried.Add(int64(len(r.IDs))) }
 
 // sendGrace is how long a publish in flight may still take after Ctrl-C,
 // so that send learns whether its messages landed.
@@ -148,6 +157,9 @@ func (st *sendStats) summary(topic string, notSent int) string {
 	if st.unconfirmed > 0 {
 		s += fmt.Sprintf(", unconfirmed %d", st.unconfirmed)
 	}
+	if n := st.retried.Load(); n > 0 {
+		s += fmt.Sprintf(", retried %d", n)
+	}
 	if notSent > 0 {
 		s += fmt.Sprintf(", not sent %d", notSent)
 	}
@@ -188,7 +200,8 @@ func (a *app) send(ctx context.Context, cmd *cobra.Command, o sendOptions) error
 	if err != nil {
 		return err
 	}
-	c, err := a.open(ctx, o.url)
+	st := &sendStats{}
+	c, err := a.open(ctx, o.url, omnibus.WithHooks(st))
 	if err != nil {
 		return err
 	}
@@ -202,7 +215,7 @@ func (a *app) send(ctx context.Context, cmd *cobra.Command, o sendOptions) error
 	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(sendGrace, cancel) })
 	defer stopGrace()
 
-	st := &sendStats{start: time.Now()}
+	st.start = time.Now()
 	bar := newProgress(a.stderr, o.count)
 	attempted := 0
 	publish := func(batch []*omnibus.Message) error {
