@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strings"
@@ -56,7 +57,7 @@ func (Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (dr
 	}
 	if err := admin.Ping(ctx); err != nil {
 		admin.Close()
-		return nil, fmt.Errorf("kafkabus: open %s: no broker of %s answered: %w", cfg.redacted, strings.Join(cfg.seeds, ","), classify(err))
+		return nil, cfg.openError(err)
 	}
 	return &conn{
 		cfg:    cfg,
@@ -308,6 +309,25 @@ func (c *conn) forget(topic string) {
 }
 
 // --- errors ---
+
+// openError explains why no seed broker answered Open's ping. Brokers
+// refuse bad SASL credentials in one of two ways: a real one answers
+// SASL_AUTHENTICATION_FAILED, others (kfake, proxies) close the
+// connection in the middle of the exchange, which franz-go reports as
+// a bare EOF (a closed connection at any other step is a
+// *kgo.ErrFirstReadEOF, which says what it means).
+func (c *config) openError(err error) error {
+	var first *kgo.ErrFirstReadEOF
+	if c.user != "" && (errors.Is(err, kerr.SaslAuthenticationFailed) ||
+		errors.Is(err, io.EOF) && !errors.As(err, &first)) {
+		return fmt.Errorf("kafkabus: open %s: SASL %s authentication failed for user %q (check the user name, password and mechanism): %w",
+			c.redacted, c.mechanism, c.user, classify(err))
+	}
+	if errors.Is(err, kerr.UnsupportedSaslMechanism) {
+		return fmt.Errorf("kafkabus: open %s: the brokers do not enable SASL mechanism %s: %w", c.redacted, c.mechanism, classify(err))
+	}
+	return fmt.Errorf("kafkabus: open %s: no broker of %s answered: %w", c.redacted, strings.Join(c.seeds, ","), classify(err))
+}
 
 // classify wraps err with the driver sentinel that matches it, keeping err
 // reachable with errors.As.
