@@ -8,6 +8,7 @@ package natsbus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -134,7 +135,7 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 			}
 		}
 		if cfg.tls {
-			opts = append(opts, nats.Secure())
+			opts = append(opts, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.tlsServerName}))
 		}
 		if cfg.tlsCA != "" {
 			opts = append(opts, nats.RootCAs(cfg.tlsCA))
@@ -144,6 +145,13 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 		}
 		if cfg.creds != "" {
 			opts = append(opts, nats.UserCredentials(cfg.creds))
+		}
+		if cfg.nkey != "" {
+			o, err := nats.NkeyOptionFromSeed(cfg.nkey)
+			if err != nil {
+				return nil, fmt.Errorf("natsbus: URL %q: nkey: %w: %w", cfg.redacted, err, driver.ErrInvalid)
+			}
+			opts = append(opts, o)
 		}
 	}
 	fail := func(err error) (*conn, error) {
@@ -172,6 +180,9 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 				return fail(fmt.Errorf("natsbus: connect %s: the embedded server of %q runs in process %d, at %s: %w",
 					cfg.redacted, c.srv.dir, pid, url, r.err))
 			}
+			if authError(r.err) {
+				return fail(fmt.Errorf("natsbus: connect %s: the server refused %s: %w", cfg.redacted, cfg.credentials(), r.err))
+			}
 			return fail(fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, r.err))
 		}
 		c.nc = r.nc
@@ -199,6 +210,39 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 		return fail(fmt.Errorf("natsbus: connect %s: JetStream account info: %w", cfg.redacted, err))
 	}
 	return c, nil
+}
+
+// authError reports whether err is the server's refusal of a client's
+// credentials. nats.go returns the server's -ERR text at connect, not
+// nats.ErrAuthorization.
+func authError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation")
+}
+
+// credentials names what the client logged in with, for errors: never a
+// password or token.
+func (cfg *config) credentials() string {
+	var what []string
+	if cfg.user != nil {
+		if _, ok := cfg.user.Password(); ok {
+			what = append(what, fmt.Sprintf("the password of user %q", cfg.user.Username()))
+		} else {
+			what = append(what, "the token")
+		}
+	}
+	if cfg.nkey != "" {
+		what = append(what, fmt.Sprintf("the nkey of %s", cfg.nkey))
+	}
+	if cfg.creds != "" {
+		what = append(what, fmt.Sprintf("the credentials of %s", cfg.creds))
+	}
+	if cfg.tlsCert != "" {
+		what = append(what, fmt.Sprintf("the certificate of %s", cfg.tlsCert))
+	}
+	if len(what) == 0 {
+		return "a client without credentials"
+	}
+	return strings.Join(what, " and ")
 }
 
 func (c *conn) Capabilities() driver.Capabilities {
