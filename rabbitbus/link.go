@@ -71,6 +71,9 @@ func (c *config) openError(err error) error {
 		return fmt.Errorf("rabbitbus: open %q: authentication failed for %s (check the user name and password): %w", c.redacted, who, err)
 	case errors.As(err, &ae) && ae.Code == amqp.NotAllowed && strings.Contains(ae.Reason, "vhost"), errors.Is(err, amqp.ErrVhost):
 		return fmt.Errorf("rabbitbus: open %q: virtual host %q not found or not permitted for %s: %w: %w", c.redacted, c.vhost, who, driver.ErrNotFound, err)
+	case errors.As(err, &ae) && ae.Code == amqp.FrameError && c.amqp.TLSClientConfig == nil:
+		// A TLS listener's alert, read as an AMQP frame.
+		return fmt.Errorf("rabbitbus: open %q: the server's answer is no AMQP: does the port want TLS (amqps://)? %w", c.redacted, err)
 	}
 	return fmt.Errorf("rabbitbus: open %q: %w", c.redacted, err)
 }
