@@ -57,6 +57,9 @@ var params = []string{
 	"metadata_max_age", "dial_timeout",
 }
 
+// tlsParams are the URL parameters of TLS; "tls" first.
+var tlsParams = []string{"tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name"}
+
 // config is a parsed URL.
 type config struct {
 	seeds    []string
@@ -68,6 +71,7 @@ type config struct {
 	tlsCert       string
 	tlsKey        string
 	tlsServerName string
+	tlsGiven      *tls.Config // WithTLS's, in place of the tls_* parameters
 	user, pass    string
 	mechanism     string
 
@@ -244,7 +248,7 @@ func parseURL(u *url.URL) (*config, error) {
 	if c.replication == 0 {
 		return nil, invalid(u, "replication_factor=0, want -1 (broker default) or a positive count")
 	}
-	for _, p := range []string{"tls_ca", "tls_cert", "tls_key", "tls_server_name"} {
+	for _, p := range tlsParams[1:] {
 		if q.Has(p) && !c.tls {
 			return nil, invalid(u, "%s needs TLS (the kafkas scheme, or tls=true)", p)
 		}
@@ -272,9 +276,12 @@ func (c *config) clientOpts() ([]kgo.Opt, error) {
 		kgo.RetryTimeout(c.requestTimeout),
 	}
 	if c.tls {
-		tc, err := c.tlsConfig()
-		if err != nil {
-			return nil, fmt.Errorf("kafkabus: URL %q: %w", c.redacted, err)
+		tc := c.tlsGiven
+		if tc == nil {
+			var err error
+			if tc, err = c.tlsConfig(); err != nil {
+				return nil, fmt.Errorf("kafkabus: URL %q: %w", c.redacted, err)
+			}
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}

@@ -67,6 +67,14 @@
 // answering SASL_AUTHENTICATION_FAILED) is reported as the failed
 // authentication it is.
 //
+// # Configuration in Go
+//
+// What a URL cannot carry goes in through [New], whose Driver is handed
+// to omnibus.Open with omnibus.WithDriver: a *tls.Config ([WithTLS]) and
+// franz-go's own options ([WithClientOpts]: a SASL mechanism such as
+// OAUTHBEARER or AWS_MSK_IAM, a dialer, hooks). The URL still names the
+// brokers and sets every parameter.
+//
 // # Topics
 //
 // A topic that does not exist is an error wrapping ErrNotFound from

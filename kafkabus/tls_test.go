@@ -8,9 +8,12 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/authtest"
+	"github.com/omnibus-go/omnibus/kafkabus"
 )
 
 // tlsPassword is the SASL password of the TLS tests: long and odd enough
@@ -86,5 +89,31 @@ func TestTLSParametersNeedTLS(t *testing.T) {
 				t.Errorf("Open(%q) = %v, want ErrInvalid", raw, err)
 			}
 		})
+	}
+}
+
+// TestTypedConfiguration: a driver made by New takes its TLS
+// configuration and its SASL mechanism as Go values, on a URL that has
+// neither; every client it makes gets them (the brokers want both for
+// every request, so publishing and consuming show it). A tls parameter
+// beside WithTLS is an error.
+func TestTypedConfiguration(t *testing.T) {
+	certs := authtest.Certs(t)
+	cluster := newCluster(t, kfake.TLS(certs.Server(tls.RequireAndVerifyClientCert)), kfake.EnableSASL(),
+		kfake.Superuser("SCRAM-SHA-512", "bob", tlsPassword))
+	base := "kafka://" + strings.Join(cluster.ListenAddrs(), ",") + "?" + testParams
+	d := kafkabus.New(
+		kafkabus.WithTLS(certs.Client()),
+		kafkabus.WithClientOpts(kgo.SASL(scram.Auth{User: "bob", Pass: tlsPassword}.AsSha512Mechanism())),
+	)
+	authtest.Works(t, base, omnibus.WithDriver(d))
+
+	wrong := kafkabus.New(kafkabus.WithTLS(certs.Client()),
+		kafkabus.WithClientOpts(kgo.SASL(scram.Auth{User: "bob", Pass: "not-" + tlsPassword}.AsSha512Mechanism())))
+	authtest.Refused(t, base, tlsPassword, []string{"SCRAM-SHA-512 authentication failed"}, omnibus.WithDriver(wrong))
+
+	err := authtest.Refused(t, base+"&tls_ca="+certs.CA, "", []string{"tls_ca", "WithTLS"}, omnibus.WithDriver(d))
+	if !errors.Is(err, omnibus.ErrInvalid) {
+		t.Errorf("tls_ca with WithTLS: %v, want ErrInvalid", err)
 	}
 }
