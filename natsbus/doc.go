@@ -76,6 +76,15 @@
 // credentials fails Open with an error naming what was offered (the
 // user, the nkey or creds file), never the password or token.
 //
+// # Configuration in Go
+//
+// What a URL cannot carry goes in through [New], whose Driver is handed
+// to omnibus.Open with omnibus.WithDriver: a *tls.Config ([WithTLS]),
+// nats.go's own options ([WithOptions]: nats.UserJWT or nats.Nkey with
+// a signer of your own, a custom dialer, handlers), or a connection of
+// the caller's ([WithConn]), which natsbus uses and leaves open. The URL
+// still sets every other parameter.
+//
 // # Topology
 //
 // A topic is a stream named after it (letters, digits, '-' and '_' kept;

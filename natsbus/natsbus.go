@@ -28,17 +28,28 @@ import (
 // Scheme is the URL scheme natsbus registers.
 const Scheme = "nats"
 
-func init() { omnibus.Register(Scheme, opener{}) }
+func init() { omnibus.Register(Scheme, Driver{}) }
 
-type opener struct{}
+// Driver is the natsbus driver.Driver. Programs reach the zero Driver,
+// registered for nats://, through omnibus.Open; one made by [New]
+// carries options a URL cannot, and is given to omnibus.Open with
+// omnibus.WithDriver.
+type Driver struct {
+	tls      *tls.Config
+	natsOpts []nats.Option
+	nc       *nats.Conn
+}
 
 // Open implements driver.Driver.
-func (opener) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
+func (d Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
 	cfg, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	return open(ctx, cfg, opts.Logger)
+	if err := d.check(u, cfg); err != nil {
+		return nil, err
+	}
+	return open(ctx, cfg, opts.Logger, d)
 }
 
 // conn is an open connection: one nats.Conn shared by publishers and
@@ -46,6 +57,7 @@ func (opener) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (dr
 type conn struct {
 	cfg *config
 	nc  *nats.Conn
+	own bool    // natsbus dialed nc, and closes it
 	js  jetstream.JetStream
 	srv *Server // embedded server held, nil for an external one
 	sem chan struct{}
@@ -81,7 +93,7 @@ func (c *conn) leaveEphemeral(stream, group string) bool {
 	return true
 }
 
-func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
+func open(ctx context.Context, cfg *config, log *slog.Logger, d Driver) (*conn, error) {
 	c := &conn{cfg: cfg, sem: make(chan struct{}, cfg.publishWindow), streams: map[string]*streamRef{},
 		ephemeral: map[ephemeralGroup]int{}}
 	opts := []nats.Option{
@@ -134,7 +146,10 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 				opts = append(opts, nats.Token(cfg.user.Username()))
 			}
 		}
-		if cfg.tls {
+		switch {
+		case d.tls != nil:
+			opts = append(opts, nats.Secure(d.tls))
+		case cfg.tls:
 			opts = append(opts, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.tlsServerName}))
 		}
 		if cfg.tlsCA != "" {
@@ -154,8 +169,9 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 			opts = append(opts, o)
 		}
 	}
+	opts = append(opts, d.natsOpts...)
 	fail := func(err error) (*conn, error) {
-		if c.nc != nil {
+		if c.nc != nil && c.own {
 			c.nc.Close()
 		}
 		if c.srv != nil {
@@ -163,36 +179,10 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 		}
 		return nil, err
 	}
-	type result struct {
-		nc  *nats.Conn
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		nc, err := nats.Connect(serverURL, opts...)
-		done <- result{nc, err}
-	}()
-	select {
-	case r := <-done:
-		if r.err != nil {
-			if c.srv != nil && c.srv.NATSServer() == nil {
-				pid, url := c.srv.owner()
-				return fail(fmt.Errorf("natsbus: connect %s: the embedded server of %q runs in process %d, at %s: %w",
-					cfg.redacted, c.srv.dir, pid, url, r.err))
-			}
-			if authError(r.err) {
-				return fail(fmt.Errorf("natsbus: connect %s: the server refused %s: %w", cfg.redacted, cfg.credentials(), r.err))
-			}
-			return fail(fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, r.err))
-		}
-		c.nc = r.nc
-	case <-ctx.Done():
-		go func() {
-			if r := <-done; r.nc != nil {
-				r.nc.Close()
-			}
-		}()
-		return fail(fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, ctx.Err()))
+	if d.nc != nil {
+		c.nc = d.nc
+	} else if err := c.connect(ctx, serverURL, opts); err != nil {
+		return fail(err)
 	}
 	js, err := jetstream.New(c.nc,
 		jetstream.WithPublishAsyncMaxPending(cfg.publishWindow+1),
@@ -240,9 +230,46 @@ func (cfg *config) credentials() string {
 		what = append(what, fmt.Sprintf("the certificate of %s", cfg.tlsCert))
 	}
 	if len(what) == 0 {
-		return "a client without credentials"
+		return "the client (no credentials in the URL)"
 	}
 	return strings.Join(what, " and ")
+}
+
+// connect dials the server with opts, bounded by ctx, and sets c.nc and
+// c.own. A connection that comes after ctx ended is closed.
+func (c *conn) connect(ctx context.Context, serverURL string, opts []nats.Option) error {
+	cfg := c.cfg
+	type result struct {
+		nc  *nats.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		nc, err := nats.Connect(serverURL, opts...)
+		done <- result{nc, err}
+	}()
+	select {
+	case r := <-done:
+		switch {
+		case r.err == nil:
+			c.nc, c.own = r.nc, true
+			return nil
+		case c.srv != nil && c.srv.NATSServer() == nil:
+			pid, url := c.srv.owner()
+			return fmt.Errorf("natsbus: connect %s: the embedded server of %q runs in process %d, at %s: %w",
+				cfg.redacted, c.srv.dir, pid, url, r.err)
+		case authError(r.err):
+			return fmt.Errorf("natsbus: connect %s: the server refused %s: %w", cfg.redacted, cfg.credentials(), r.err)
+		}
+		return fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, r.err)
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.nc != nil {
+				r.nc.Close()
+			}
+		}()
+		return fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, ctx.Err())
+	}
 }
 
 func (c *conn) Capabilities() driver.Capabilities {
@@ -292,7 +319,9 @@ func (c *conn) Close() error {
 	}
 	// Acknowledgements are written asynchronously: push them out.
 	_ = c.nc.FlushTimeout(2 * time.Second)
-	c.nc.Close()
+	if c.own {
+		c.nc.Close()
+	}
 	if c.srv != nil {
 		return releaseEmbedded(c.srv)
 	}

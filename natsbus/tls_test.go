@@ -2,6 +2,7 @@ package natsbus_test
 
 import (
 	"crypto/tls"
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -10,9 +11,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/authtest"
+	"github.com/omnibus-go/omnibus/natsbus"
 )
 
 // tlsPassword is the password of the TLS tests: long and odd enough that
@@ -107,7 +111,7 @@ func TestTLSAndAuth(t *testing.T) {
 		authtest.Refused(t, u("", withCA+"&nkey="+other), "", []string{"refused the nkey of", "authorization violation"})
 	})
 	t.Run("no credentials", func(t *testing.T) {
-		authtest.Refused(t, u("", withCA), "", []string{"refused a client without credentials"})
+		authtest.Refused(t, u("", withCA), "", []string{"refused the client (no credentials in the URL)"})
 	})
 	t.Run("no TLS", func(t *testing.T) {
 		// The server says it wants TLS; nats.go then upgrades by itself,
@@ -134,4 +138,65 @@ func TestEmbeddedTakesNoTLS(t *testing.T) {
 		name, _, _ := strings.Cut(p, "=")
 		authtest.Refused(t, "nats://embedded?dir="+url.QueryEscape(t.TempDir())+"&"+p, "", []string{"embedded", name})
 	}
+}
+
+// TestTypedConfiguration: a driver made by New takes its TLS
+// configuration and nats.go options as Go values, on a URL that has
+// neither, or a connection of the caller's, which closing the client
+// leaves open. What the URL says that the options take the place of is
+// an error.
+func TestTypedConfiguration(t *testing.T) {
+	certs := authtest.Certs(t)
+	addr, _ := tlsServer(t, certs, tls.RequireAndVerifyClientCert)
+	bare := "nats://" + addr
+
+	t.Run("WithTLS and WithOptions", func(t *testing.T) {
+		d := natsbus.New(natsbus.WithTLS(certs.Client()), natsbus.WithOptions(nats.UserInfo("alice", tlsPassword)))
+		authtest.Works(t, bare, omnibus.WithDriver(d))
+		wrong := natsbus.New(natsbus.WithTLS(certs.Client()), natsbus.WithOptions(nats.UserInfo("alice", "not-"+tlsPassword)))
+		authtest.Refused(t, bare, tlsPassword, []string{"authorization violation"}, omnibus.WithDriver(wrong))
+	})
+	t.Run("WithConn", func(t *testing.T) {
+		nc, err := nats.Connect("tls://"+addr, nats.Secure(certs.Client()), nats.UserInfo("alice", tlsPassword))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		c := authtest.Works(t, bare, omnibus.WithDriver(natsbus.New(natsbus.WithConn(nc))))
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Publish("after.close", nil); err != nil || !nc.IsConnected() {
+			t.Errorf("the caller's connection after the client closed: connected %v, publish: %v", nc.IsConnected(), err)
+		}
+	})
+	t.Run("conflicts", func(t *testing.T) {
+		nc, err := nats.Connect("tls://"+addr, nats.Secure(certs.Client()), nats.UserInfo("alice", tlsPassword))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		withConn := omnibus.WithDriver(natsbus.New(natsbus.WithConn(nc)))
+		withTLS := omnibus.WithDriver(natsbus.New(natsbus.WithTLS(certs.Client())))
+		for _, tt := range []struct {
+			url  string
+			opt  omnibus.Option
+			want string
+		}{
+			{"nats://alice:" + url.QueryEscape(tlsPassword) + "@" + addr, withConn, "credentials with WithConn"},
+			{bare + "?tls_ca=" + certs.CA, withConn, "tls_ca with WithConn"},
+			{bare + "?max_reconnects=3", withConn, "max_reconnects with WithConn"},
+			{"nats://embedded?dir=" + url.QueryEscape(t.TempDir()), withConn, "not nats://embedded"},
+			{bare + "?tls_ca=" + certs.CA, withTLS, "tls_ca and WithTLS"},
+			{bare, omnibus.WithDriver(natsbus.New(natsbus.WithConn(nc), natsbus.WithOptions(nats.Name("x")))), "WithOptions cannot shape it"},
+		} {
+			err := authtest.Refused(t, tt.url, tlsPassword, []string{tt.want}, tt.opt)
+			if !errors.Is(err, omnibus.ErrInvalid) {
+				t.Errorf("Open(%s): %v, want ErrInvalid", omnibus.RedactURL(tt.url), err)
+			}
+		}
+		if !nc.IsConnected() {
+			t.Error("a refused Open closed the caller's connection")
+		}
+	})
 }
