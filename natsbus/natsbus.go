@@ -57,7 +57,7 @@ func (d Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (
 type conn struct {
 	cfg *config
 	nc  *nats.Conn
-	own bool    // natsbus dialed nc, and closes it
+	own bool // natsbus dialed nc, and closes it
 	js  jetstream.JetStream
 	srv *Server // embedded server held, nil for an external one
 	sem chan struct{}
