@@ -38,6 +38,15 @@
 //	tls_server_name    (host)      amqps: name to verify the server's certificate against
 //	tls_insecure       false       amqps: skip verifying the server's certificate (tests only)
 //
+// # Configuration in Go
+//
+// What a URL cannot carry goes in through [New], whose Driver is handed
+// to omnibus.Open with omnibus.WithDriver: a *tls.Config ([WithTLS]) and
+// amqp091-go's configuration ([WithConfig]: SASL mechanisms such as
+// EXTERNAL for a login by client certificate, a dialer, client
+// properties). The URL still names the server and sets every
+// parameter.
+//
 // # Topology
 //
 // omnibus declares everything it uses, and declares it again after a

@@ -1,9 +1,13 @@
 package rabbitbus
 
 import (
+	"errors"
 	"net/url"
 	"testing"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/authtest"
 )
 
@@ -16,10 +20,12 @@ const tlsPassword = "Pw-5a1b/amqp@secret"
 // works, with or without a client certificate; a wrong CA, a server name
 // the certificate does not hold, a wrong password and an unknown user
 // are each refused at Open within authtest.Bound, saying why and without
-// the password.
+// the password. A driver made by New logs in with its client
+// certificate (SASL EXTERNAL, given with WithConfig) and a TLS
+// configuration given as a Go value.
 func TestTLSAndAuth(t *testing.T) {
 	certs := authtest.Certs(t)
-	node := startTLSNode(t, certs, []nodeUser{{"alice", tlsPassword}})
+	node := startTLSNode(t, certs, []nodeUser{{"alice", tlsPassword}, {authtest.ClientName, ""}}, "rabbitmq_auth_mechanism_ssl")
 	u := func(user, pass, params string) string {
 		return "amqps://" + user + ":" + url.QueryEscape(pass) + "@" + node.addr() + "/?connect_timeout=10s&" + params
 	}
@@ -48,5 +54,34 @@ func TestTLSAndAuth(t *testing.T) {
 	t.Run("no TLS", func(t *testing.T) {
 		plain := "amqp://alice:" + url.QueryEscape(tlsPassword) + "@" + node.addr() + "/?connect_timeout=10s"
 		authtest.Refused(t, plain, tlsPassword, []string{"amqps://"})
+	})
+
+	external := WithConfig(amqp.Config{SASL: []amqp.Authentication{&amqp.ExternalAuth{}}})
+	bare := "amqps://" + node.addr() + "/?connect_timeout=10s"
+	t.Run("certificate login (New)", func(t *testing.T) {
+		authtest.Works(t, bare, omnibus.WithDriver(New(WithTLS(certs.Client()), external)))
+	})
+	t.Run("certificate login without a certificate", func(t *testing.T) {
+		noCert := certs.Client()
+		noCert.Certificates = nil
+		authtest.Refused(t, bare, "", []string{"authentication failed for SASL EXTERNAL"}, omnibus.WithDriver(New(WithTLS(noCert), external)))
+	})
+	t.Run("conflicts", func(t *testing.T) {
+		for _, tt := range []struct {
+			url  string
+			d    Driver
+			want string
+		}{
+			{"amqp://" + node.addr() + "/", New(WithTLS(certs.Client())), "WithTLS needs the amqps scheme"},
+			{bare + "&tls_ca=" + certs.CA, New(WithTLS(certs.Client())), "tls_ca and WithTLS"},
+			{bare, New(WithConfig(amqp.Config{Vhost: "other"})), "Vhost"},
+			{bare, New(WithConfig(amqp.Config{TLSClientConfig: certs.Client()})), "WithTLS"},
+			{bare, New(WithConfig(amqp.Config{Recovery: &amqp.Recovery{}})), "reconnects"},
+		} {
+			err := authtest.Refused(t, tt.url, "", []string{tt.want}, omnibus.WithDriver(tt.d))
+			if !errors.Is(err, omnibus.ErrInvalid) {
+				t.Errorf("Open(%s): %v, want ErrInvalid", tt.url, err)
+			}
+		}
 	})
 }
