@@ -302,3 +302,47 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// driverFunc is a driver.Driver made of a function.
+type driverFunc func(context.Context, *url.URL, driver.OpenOptions) (driver.Conn, error)
+
+func (f driverFunc) Open(ctx context.Context, u *url.URL, o driver.OpenOptions) (driver.Conn, error) {
+	return f(ctx, u, o)
+}
+
+// TestWithDriver: Open hands the URL to the driver given with
+// WithDriver, whatever is registered for the scheme (or nothing), after
+// reading the portable parameters and with the client's logger; New,
+// which is given a connection, refuses a driver.
+func TestWithDriver(t *testing.T) {
+	ctx := context.Background()
+	var got *url.URL
+	var logger *slog.Logger
+	d := driverFunc(func(_ context.Context, u *url.URL, o driver.OpenOptions) (driver.Conn, error) {
+		got, logger = u, o.Logger
+		return membus.New(membus.Config{}).Conn(), nil
+	})
+	for _, raw := range []string{"mem://user:hunter2@bus?durability=none&x=1", "unregistered://bus?durability=none&x=1"} {
+		c, err := omnibus.Open(ctx, raw, omnibus.WithDriver(d), quiet())
+		if err != nil {
+			t.Fatalf("Open(%q, WithDriver): %v", raw, err)
+		}
+		if got == nil || got.Host != "bus" || got.RawQuery != "x=1" || logger == nil {
+			t.Errorf("Open(%q): the driver was given %v (logger %v), want the URL without durability and a logger", raw, got, logger)
+		}
+		if c.Durability() != omnibus.DurabilityNone {
+			t.Errorf("Open(%q): durability %v, want none from the URL", raw, c.Durability())
+		}
+		if strings.Contains(c.String(), "hunter2") {
+			t.Errorf("Open(%q): String() = %q shows the password", raw, c.String())
+		}
+		_ = c.Close()
+		got = nil
+	}
+	if _, err := omnibus.Open(ctx, "mem://bus", omnibus.WithDriver(nil)); !errors.Is(err, omnibus.ErrInvalid) {
+		t.Errorf("WithDriver(nil): got %v, want ErrInvalid", err)
+	}
+	if _, err := omnibus.New(membus.New(membus.Config{}).Conn(), omnibus.WithDriver(d)); !errors.Is(err, omnibus.ErrInvalid) {
+		t.Errorf("New with WithDriver: got %v, want ErrInvalid", err)
+	}
+}

@@ -51,6 +51,7 @@ type clientConfig struct {
 	durability *Durability
 	logger     *slog.Logger
 	hooks      []Hook
+	driver     driver.Driver
 }
 
 // WithDurability sets the durability of every Publish on the client.
@@ -78,18 +79,31 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithDriver makes Open hand the URL to d instead of the driver
+// registered for its scheme: the typed path for a transport configured
+// in Go with what a URL cannot carry, a *tls.Config or the client
+// library's own options (kafkabus.New, natsbus.New, rabbitbus.New).
+// The URL is read as usual, and d must take its scheme. Default: the
+// driver registered for the scheme. New, which is given a connection,
+// refuses it.
+func WithDriver(d driver.Driver) Option {
+	return func(c *clientConfig) error {
+		if d == nil {
+			return fmt.Errorf("omnibus: nil driver: %w", ErrInvalid)
+		}
+		c.driver = d
+		return nil
+	}
+}
+
 // Open connects to the transport named by rawURL, whose scheme selects a
-// registered driver. The query parameter durability (none | leader | all)
+// registered driver (or the one given with [WithDriver]). The query parameter durability (none | leader | all)
 // is read here for every transport; the driver rejects any other
 // parameter it does not know. A URL without a host part (scheme:opaque or
 // scheme:/path) is refused before any driver sees it. Errors never show
 // the URL's credentials (see [RedactURL]).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	u, portable, err := parseURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	d, err := lookup(u.Scheme)
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +117,12 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	cfg, err := applyOptions(opts)
 	if err != nil {
 		return nil, err
+	}
+	d := cfg.driver
+	if d == nil {
+		if d, err = lookup(u.Scheme); err != nil {
+			return nil, err
+		}
 	}
 	conn, err := d.Open(ctx, u, driver.OpenOptions{Logger: cfg.transportLogger(u.Scheme)})
 	if err != nil {
@@ -129,6 +149,9 @@ func New(conn driver.Conn, opts ...Option) (*Client, error) {
 	cfg, err := applyOptions(opts)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.driver != nil {
+		return nil, fmt.Errorf("omnibus: New: WithDriver is for Open; New is given its connection: %w", ErrInvalid)
 	}
 	name := transportName(conn)
 	return newClient(conn, name, name, cfg), nil

@@ -48,7 +48,7 @@ const (
 // params are the URL query parameters kafkabus knows, in documentation
 // order.
 var params = []string{
-	"client_id", "tls", "tls_ca", "tls_server_name", "mechanism",
+	"client_id", "tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "mechanism",
 	"create_topics", "partitions", "replication_factor",
 	"compression", "linger", "max_message_bytes", "max_buffered_records",
 	"idempotent", "delivery_timeout", "request_timeout",
@@ -56,6 +56,9 @@ var params = []string{
 	"fetch_max_wait", "fetch_max_bytes", "fetch_max_partition_bytes",
 	"metadata_max_age", "dial_timeout",
 }
+
+// tlsParams are the URL parameters of TLS; "tls" first.
+var tlsParams = []string{"tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name"}
 
 // config is a parsed URL.
 type config struct {
@@ -65,7 +68,10 @@ type config struct {
 	clientID      string
 	tls           bool
 	tlsCA         string
+	tlsCert       string
+	tlsKey        string
 	tlsServerName string
+	tlsGiven      *tls.Config // WithTLS's, in place of the tls_* parameters
 	user, pass    string
 	mechanism     string
 
@@ -208,6 +214,8 @@ func parseURL(u *url.URL) (*config, error) {
 		str("client_id", &c.clientID),
 		boolean("tls", &c.tls),
 		str("tls_ca", &c.tlsCA),
+		str("tls_cert", &c.tlsCert),
+		str("tls_key", &c.tlsKey),
 		str("tls_server_name", &c.tlsServerName),
 		str("mechanism", &c.mechanism, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
 		str("create_topics", &c.createTopics, CreateNone, CreateDLQ, CreateAll),
@@ -240,6 +248,14 @@ func parseURL(u *url.URL) (*config, error) {
 	if c.replication == 0 {
 		return nil, invalid(u, "replication_factor=0, want -1 (broker default) or a positive count")
 	}
+	for _, p := range tlsParams[1:] {
+		if q.Has(p) && !c.tls {
+			return nil, invalid(u, "%s needs TLS (the kafkas scheme, or tls=true)", p)
+		}
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return nil, invalid(u, "tls_cert and tls_key go together")
+	}
 	if c.user == "" && q.Get("mechanism") != "" {
 		return nil, invalid(u, "mechanism given without a user name")
 	}
@@ -260,17 +276,12 @@ func (c *config) clientOpts() ([]kgo.Opt, error) {
 		kgo.RetryTimeout(c.requestTimeout),
 	}
 	if c.tls {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.tlsServerName}
-		if c.tlsCA != "" {
-			pem, err := os.ReadFile(c.tlsCA)
-			if err != nil {
-				return nil, fmt.Errorf("kafkabus: URL %q: tls_ca: %w: %w", c.redacted, err, driver.ErrInvalid)
+		tc := c.tlsGiven
+		if tc == nil {
+			var err error
+			if tc, err = c.tlsConfig(); err != nil {
+				return nil, fmt.Errorf("kafkabus: URL %q: %w", c.redacted, err)
 			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("kafkabus: URL %q: tls_ca %q holds no PEM certificate: %w", c.redacted, c.tlsCA, driver.ErrInvalid)
-			}
-			tc.RootCAs = pool
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
@@ -278,6 +289,31 @@ func (c *config) clientOpts() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.SASL(c.saslMechanism()))
 	}
 	return opts, nil
+}
+
+// tlsConfig is the TLS configuration the URL's tls_* parameters describe.
+// franz-go sets the server name of each connection to the broker's host
+// unless tls_server_name names one.
+func (c *config) tlsConfig() (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.tlsServerName}
+	if c.tlsCA != "" {
+		pem, err := os.ReadFile(c.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("tls_ca: %w: %w", err, driver.ErrInvalid)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls_ca %q holds no PEM certificate: %w", c.tlsCA, driver.ErrInvalid)
+		}
+	}
+	if c.tlsCert != "" {
+		pair, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("tls_cert/tls_key: %w: %w", err, driver.ErrInvalid)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
 }
 
 func (c *config) saslMechanism() sasl.Mechanism {

@@ -26,6 +26,9 @@
 //	client_id                  omnibus              client.id
 //	tls                        false (kafkas: true) security.protocol SSL / SASL_SSL
 //	tls_ca                     system roots         ssl.truststore.location: PEM file of CAs
+//	tls_cert, tls_key          (none)               ssl.keystore.location: PEM files of a client
+//	                                                certificate and its key, for brokers that
+//	                                                authenticate clients by certificate
 //	tls_server_name            the broker host      TLS server name to verify
 //	mechanism                  PLAIN                sasl.mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
 //	create_topics              dlq                  which topics Publish and Subscribe create on first use:
@@ -53,9 +56,24 @@
 //	metadata_max_age           5m                   metadata.max.age.ms: how soon new partitions are seen
 //	dial_timeout               10s                  socket.connection.setup.timeout.ms
 //
+// The tls_* parameters need TLS (kafkas://, or tls=true); on a URL
+// without it they are an error rather than ignored.
+//
 // Open checks that a seed broker answers, bounded by its context, so an
-// unreachable cluster is an error at Open rather than at the first
-// publish.
+// unreachable cluster, a certificate that does not verify (wrong CA,
+// wrong server name) or credentials the brokers refuse are an error at
+// Open rather than at the first publish. A broker that closes the
+// connection during SASL authentication (as some do instead of
+// answering SASL_AUTHENTICATION_FAILED) is reported as the failed
+// authentication it is.
+//
+// # Configuration in Go
+//
+// What a URL cannot carry goes in through [New], whose Driver is handed
+// to omnibus.Open with omnibus.WithDriver: a *tls.Config ([WithTLS]) and
+// franz-go's own options ([WithClientOpts]: a SASL mechanism such as
+// OAUTHBEARER or AWS_MSK_IAM, a dialer, hooks). The URL still names the
+// brokers and sets every parameter.
 //
 // # Topics
 //

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/omnibus-go/omnibus"
-	_ "github.com/omnibus-go/omnibus/kafkabus"
+	"github.com/omnibus-go/omnibus/kafkabus"
 )
 
 // Open a Kafka cluster by URL and publish a message. The cluster here is
@@ -42,4 +44,33 @@ func Example_kafka() {
 	// Output:
 	// published: true
 	// lanes are partitions: true
+}
+
+// Configure the transport in Go where a URL cannot: here a SASL
+// mechanism given as a franz-go option (an OAUTHBEARER or AWS_MSK_IAM
+// mechanism goes in the same way), and a TLS configuration with
+// WithTLS. The URL still names the brokers and sets the parameters.
+func ExampleNew() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"),
+		kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "billing", "secret"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Close()
+
+	auth := scram.Auth{User: "billing", Pass: "secret"}
+	d := kafkabus.New(kafkabus.WithClientOpts(kgo.SASL(auth.AsSha256Mechanism())))
+	// With TLS: kafkabus.New(kafkabus.WithTLS(&tls.Config{RootCAs: pool}), ...)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := omnibus.Open(ctx, "kafka://"+cluster.ListenAddrs()[0], omnibus.WithDriver(d))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	err = c.Publish(ctx, "orders", &omnibus.Message{Key: "customer-42", Body: []byte(`{"order":1002}`)})
+	fmt.Println("published:", err == nil)
+	// Output:
+	// published: true
 }

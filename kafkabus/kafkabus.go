@@ -6,6 +6,7 @@ package kafkabus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
@@ -34,30 +36,46 @@ func init() {
 	omnibus.Register(SchemeTLS, Driver{})
 }
 
-// Driver is the kafkabus driver.Driver. Programs reach it through
-// omnibus.Open with a kafka:// or kafkas:// URL; it is exported for callers
-// who build a connection themselves and hand it to omnibus.New.
-type Driver struct{}
+// Driver is the kafkabus driver.Driver. Programs reach the zero Driver,
+// registered for kafka:// and kafkas://, through omnibus.Open; one made
+// by [New] carries options a URL cannot, and is given to omnibus.Open
+// with omnibus.WithDriver.
+type Driver struct {
+	tls        *tls.Config
+	clientOpts []kgo.Opt
+}
 
 // Open implements driver.Driver: it parses u, checks that a broker answers
 // (bounded by ctx) and returns the connection.
-func (Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
+func (d Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
+	if d.tls != nil {
+		for _, p := range tlsParams {
+			if u.Query().Has(p) {
+				return nil, invalid(u, "%s and WithTLS: the TLS configuration is WithTLS's", p)
+			}
+		}
+	}
 	cfg, err := parseURL(u)
 	if err != nil {
 		return nil, err
+	}
+	if d.tls != nil {
+		cfg.tls, cfg.tlsGiven = true, d.tls
 	}
 	common, err := cfg.clientOpts()
 	if err != nil {
 		return nil, err
 	}
 	common = append(common, kgo.WithLogger(kgoLogger{opts.Logger}))
+	common = append(common, d.clientOpts...)
 	admin, err := kgo.NewClient(common...)
 	if err != nil {
 		return nil, fmt.Errorf("kafkabus: open %s: %w: %w", cfg.redacted, err, driver.ErrInvalid)
 	}
 	if err := admin.Ping(ctx); err != nil {
+		mechs, _ := admin.OptValue(kgo.SASL).([]sasl.Mechanism)
 		admin.Close()
-		return nil, fmt.Errorf("kafkabus: open %s: no broker of %s answered: %w", cfg.redacted, strings.Join(cfg.seeds, ","), classify(err))
+		return nil, cfg.openError(err, mechs)
 	}
 	return &conn{
 		cfg:    cfg,
@@ -309,6 +327,33 @@ func (c *conn) forget(topic string) {
 }
 
 // --- errors ---
+
+// openError explains why no seed broker answered Open's ping, given the
+// SASL mechanisms the client offered (the URL's, or WithClientOpts').
+// Brokers refuse bad SASL credentials in one of two ways: a real one
+// answers SASL_AUTHENTICATION_FAILED, others (kfake, proxies) close the
+// connection in the middle of the exchange, which franz-go reports as a
+// bare EOF (a closed connection at any other step is a
+// *kgo.ErrFirstReadEOF, which says what it means).
+func (c *config) openError(err error, mechs []sasl.Mechanism) error {
+	var names []string
+	for _, m := range mechs {
+		names = append(names, m.Name())
+	}
+	who := ""
+	if c.user != "" {
+		who = fmt.Sprintf(" for user %q", c.user)
+	}
+	var first *kgo.ErrFirstReadEOF
+	switch {
+	case len(mechs) > 0 && (errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, io.EOF) && !errors.As(err, &first)):
+		return fmt.Errorf("kafkabus: open %s: SASL %s authentication failed%s (check the credentials and the mechanism): %w",
+			c.redacted, strings.Join(names, "/"), who, classify(err))
+	case errors.Is(err, kerr.UnsupportedSaslMechanism):
+		return fmt.Errorf("kafkabus: open %s: the brokers enable no SASL mechanism of %s: %w", c.redacted, strings.Join(names, ", "), classify(err))
+	}
+	return fmt.Errorf("kafkabus: open %s: no broker of %s answered: %w", c.redacted, strings.Join(c.seeds, ","), classify(err))
+}
 
 // classify wraps err with the driver sentinel that matches it, keeping err
 // reachable with errors.As.

@@ -49,7 +49,9 @@
 //	tls                 false       Secure               connect with TLS
 //	tls_ca              -           RootCAs              CA file; implies tls
 //	tls_cert, tls_key   -           ClientCert           client certificate and key; imply tls
+//	tls_server_name     the host    tls.Config.ServerName  name to verify the server's certificate against; implies tls
 //	creds               -           UserCredentials      credentials file (JWT and seed)
+//	nkey                -           NkeyOptionFromSeed   file holding an nkey user's seed
 //	connect_timeout     5s          Timeout              connection set-up, bounded by Open's ctx
 //	reconnect_wait      500ms       ReconnectWait        pause between reconnect attempts
 //	max_reconnects      -1          MaxReconnects        reconnect attempts, -1 forever
@@ -68,7 +70,20 @@
 //	lease_ttl           10s         bucket TTL (MaxAge)  partitioned: life of a partition lease not refreshed (>= 500ms)
 //	rebalance_interval  1s          -                    partitioned: how often a member compares its share of partitions
 //
-// Unknown parameters are an error wrapping omnibus.ErrInvalid.
+// Unknown parameters are an error wrapping omnibus.ErrInvalid, and so
+// are TLS and credential parameters on nats://embedded, which clients
+// in the process reach without either. A server that refuses the
+// credentials fails Open with an error naming what was offered (the
+// user, the nkey or creds file), never the password or token.
+//
+// # Configuration in Go
+//
+// What a URL cannot carry goes in through [New], whose Driver is handed
+// to omnibus.Open with omnibus.WithDriver: a *tls.Config ([WithTLS]),
+// nats.go's own options ([WithOptions]: nats.UserJWT or nats.Nkey with
+// a signer of your own, a custom dialer, handlers), or a connection of
+// the caller's ([WithConn]), which natsbus uses and leaves open. The URL
+// still sets every other parameter.
 //
 // # Topology
 //

@@ -20,7 +20,7 @@ func OpenConn(ctx context.Context, rawURL string) (driver.Conn, *nats.Conn, erro
 	q := u.Query()
 	q.Del("durability")
 	u.RawQuery = q.Encode()
-	c, err := opener{}.Open(ctx, u, driver.OpenOptions{Logger: slog.Default()})
+	c, err := Driver{}.Open(ctx, u, driver.OpenOptions{Logger: slog.Default()})
 	if err != nil {
 		return nil, nil, err
 	}

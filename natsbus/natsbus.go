@@ -8,6 +8,7 @@ package natsbus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,17 +28,28 @@ import (
 // Scheme is the URL scheme natsbus registers.
 const Scheme = "nats"
 
-func init() { omnibus.Register(Scheme, opener{}) }
+func init() { omnibus.Register(Scheme, Driver{}) }
 
-type opener struct{}
+// Driver is the natsbus driver.Driver. Programs reach the zero Driver,
+// registered for nats://, through omnibus.Open; one made by [New]
+// carries options a URL cannot, and is given to omnibus.Open with
+// omnibus.WithDriver.
+type Driver struct {
+	tls      *tls.Config
+	natsOpts []nats.Option
+	nc       *nats.Conn
+}
 
 // Open implements driver.Driver.
-func (opener) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
+func (d Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
 	cfg, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	return open(ctx, cfg, opts.Logger)
+	if err := d.check(u, cfg); err != nil {
+		return nil, err
+	}
+	return open(ctx, cfg, opts.Logger, d)
 }
 
 // conn is an open connection: one nats.Conn shared by publishers and
@@ -45,6 +57,7 @@ func (opener) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (dr
 type conn struct {
 	cfg *config
 	nc  *nats.Conn
+	own bool // natsbus dialed nc, and closes it
 	js  jetstream.JetStream
 	srv *Server // embedded server held, nil for an external one
 	sem chan struct{}
@@ -80,7 +93,7 @@ func (c *conn) leaveEphemeral(stream, group string) bool {
 	return true
 }
 
-func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
+func open(ctx context.Context, cfg *config, log *slog.Logger, d Driver) (*conn, error) {
 	c := &conn{cfg: cfg, sem: make(chan struct{}, cfg.publishWindow), streams: map[string]*streamRef{},
 		ephemeral: map[ephemeralGroup]int{}}
 	opts := []nats.Option{
@@ -133,8 +146,11 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 				opts = append(opts, nats.Token(cfg.user.Username()))
 			}
 		}
-		if cfg.tls {
-			opts = append(opts, nats.Secure())
+		switch {
+		case d.tls != nil:
+			opts = append(opts, nats.Secure(d.tls))
+		case cfg.tls:
+			opts = append(opts, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.tlsServerName}))
 		}
 		if cfg.tlsCA != "" {
 			opts = append(opts, nats.RootCAs(cfg.tlsCA))
@@ -145,9 +161,17 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 		if cfg.creds != "" {
 			opts = append(opts, nats.UserCredentials(cfg.creds))
 		}
+		if cfg.nkey != "" {
+			o, err := nats.NkeyOptionFromSeed(cfg.nkey)
+			if err != nil {
+				return nil, fmt.Errorf("natsbus: URL %q: nkey: %w: %w", cfg.redacted, err, driver.ErrInvalid)
+			}
+			opts = append(opts, o)
+		}
 	}
+	opts = append(opts, d.natsOpts...)
 	fail := func(err error) (*conn, error) {
-		if c.nc != nil {
+		if c.nc != nil && c.own {
 			c.nc.Close()
 		}
 		if c.srv != nil {
@@ -155,33 +179,10 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 		}
 		return nil, err
 	}
-	type result struct {
-		nc  *nats.Conn
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		nc, err := nats.Connect(serverURL, opts...)
-		done <- result{nc, err}
-	}()
-	select {
-	case r := <-done:
-		if r.err != nil {
-			if c.srv != nil && c.srv.NATSServer() == nil {
-				pid, url := c.srv.owner()
-				return fail(fmt.Errorf("natsbus: connect %s: the embedded server of %q runs in process %d, at %s: %w",
-					cfg.redacted, c.srv.dir, pid, url, r.err))
-			}
-			return fail(fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, r.err))
-		}
-		c.nc = r.nc
-	case <-ctx.Done():
-		go func() {
-			if r := <-done; r.nc != nil {
-				r.nc.Close()
-			}
-		}()
-		return fail(fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, ctx.Err()))
+	if d.nc != nil {
+		c.nc = d.nc
+	} else if err := c.connect(ctx, serverURL, opts); err != nil {
+		return fail(err)
 	}
 	js, err := jetstream.New(c.nc,
 		jetstream.WithPublishAsyncMaxPending(cfg.publishWindow+1),
@@ -199,6 +200,76 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 		return fail(fmt.Errorf("natsbus: connect %s: JetStream account info: %w", cfg.redacted, err))
 	}
 	return c, nil
+}
+
+// authError reports whether err is the server's refusal of a client's
+// credentials. nats.go returns the server's -ERR text at connect, not
+// nats.ErrAuthorization.
+func authError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation")
+}
+
+// credentials names what the client logged in with, for errors: never a
+// password or token.
+func (cfg *config) credentials() string {
+	var what []string
+	if cfg.user != nil {
+		if _, ok := cfg.user.Password(); ok {
+			what = append(what, fmt.Sprintf("the password of user %q", cfg.user.Username()))
+		} else {
+			what = append(what, "the token")
+		}
+	}
+	if cfg.nkey != "" {
+		what = append(what, fmt.Sprintf("the nkey of %s", cfg.nkey))
+	}
+	if cfg.creds != "" {
+		what = append(what, fmt.Sprintf("the credentials of %s", cfg.creds))
+	}
+	if cfg.tlsCert != "" {
+		what = append(what, fmt.Sprintf("the certificate of %s", cfg.tlsCert))
+	}
+	if len(what) == 0 {
+		return "the client (no credentials in the URL)"
+	}
+	return strings.Join(what, " and ")
+}
+
+// connect dials the server with opts, bounded by ctx, and sets c.nc and
+// c.own. A connection that comes after ctx ended is closed.
+func (c *conn) connect(ctx context.Context, serverURL string, opts []nats.Option) error {
+	cfg := c.cfg
+	type result struct {
+		nc  *nats.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		nc, err := nats.Connect(serverURL, opts...)
+		done <- result{nc, err}
+	}()
+	select {
+	case r := <-done:
+		switch {
+		case r.err == nil:
+			c.nc, c.own = r.nc, true
+			return nil
+		case c.srv != nil && c.srv.NATSServer() == nil:
+			pid, url := c.srv.owner()
+			return fmt.Errorf("natsbus: connect %s: the embedded server of %q runs in process %d, at %s: %w",
+				cfg.redacted, c.srv.dir, pid, url, r.err)
+		case authError(r.err):
+			return fmt.Errorf("natsbus: connect %s: the server refused %s: %w", cfg.redacted, cfg.credentials(), r.err)
+		}
+		return fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, r.err)
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.nc != nil {
+				r.nc.Close()
+			}
+		}()
+		return fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, ctx.Err())
+	}
 }
 
 func (c *conn) Capabilities() driver.Capabilities {
@@ -256,7 +327,9 @@ func (c *conn) Close() error {
 	}
 	// Acknowledgements are written asynchronously: push them out.
 	_ = c.nc.FlushTimeout(2 * time.Second)
-	c.nc.Close()
+	if c.own {
+		c.nc.Close()
+	}
 	if c.srv != nil {
 		return releaseEmbedded(c.srv)
 	}

@@ -52,7 +52,9 @@ type config struct {
 	tlsCA          string
 	tlsCert        string
 	tlsKey         string
+	tlsServerName  string
 	creds          string
+	nkey           string
 	connectTimeout time.Duration
 	reconnectWait  time.Duration
 	maxReconnects  int
@@ -75,7 +77,7 @@ type config struct {
 }
 
 var knownParams = []string{
-	"name", "tls", "tls_ca", "tls_cert", "tls_key", "creds",
+	"name", "tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "creds", "nkey",
 	"connect_timeout", "reconnect_wait", "max_reconnects",
 	"partitions", "ack_wait", "max_ack_pending", "publish_window", "publish_timeout",
 	"replicas", "max_age", "dupe_window", "storage", "inactive_threshold",
@@ -172,11 +174,12 @@ func parseURL(u *url.URL) (*config, error) {
 	if v := q.Get("name"); v != "" {
 		cfg.name = v
 	}
-	cfg.tlsCA, cfg.tlsCert, cfg.tlsKey, cfg.creds = q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key"), q.Get("creds")
+	cfg.tlsCA, cfg.tlsCert, cfg.tlsKey = q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key")
+	cfg.tlsServerName, cfg.creds, cfg.nkey = q.Get("tls_server_name"), q.Get("creds"), q.Get("nkey")
 	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
 		return nil, fmt.Errorf("natsbus: URL %q: tls_cert and tls_key go together: %w", cfg.redacted, driver.ErrInvalid)
 	}
-	if cfg.tlsCA != "" || cfg.tlsCert != "" {
+	if cfg.tlsCA != "" || cfg.tlsCert != "" || cfg.tlsServerName != "" {
 		cfg.tls = true
 	}
 	cfg.dir = q.Get("dir")
@@ -193,6 +196,12 @@ func parseURL(u *url.URL) (*config, error) {
 		cfg.embedded = true
 		if u.User != nil {
 			return nil, fmt.Errorf("natsbus: URL %q: the embedded server takes no credentials: %w", cfg.redacted, driver.ErrInvalid)
+		}
+		for _, name := range []string{"tls", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "creds", "nkey"} {
+			if q.Has(name) {
+				return nil, fmt.Errorf("natsbus: URL %q: %s: clients in the process reach the embedded server without TLS or credentials: %w",
+					cfg.redacted, name, driver.ErrInvalid)
+			}
 		}
 		return cfg, nil
 	}

@@ -19,6 +19,10 @@
 // error, never a connection to localhost as guest. Unknown parameters are
 // an error. Errors never show the password, nor a user name given
 // without one (it may be a token); a "/" in a password is written %2F.
+// Open dials, so a certificate that does not verify (wrong CA, wrong
+// server name) fails it at once, and credentials the server refuses
+// fail it with "authentication failed" after the 3 seconds RabbitMQ
+// waits before it answers a failed login.
 //
 //	parameter          default     meaning
 //	durability         all         none | leader | all, read by package omnibus (below)
@@ -33,6 +37,15 @@
 //	tls_cert, tls_key  (none)      amqps: PEM files of a client certificate and its key
 //	tls_server_name    (host)      amqps: name to verify the server's certificate against
 //	tls_insecure       false       amqps: skip verifying the server's certificate (tests only)
+//
+// # Configuration in Go
+//
+// What a URL cannot carry goes in through [New], whose Driver is handed
+// to omnibus.Open with omnibus.WithDriver: a *tls.Config ([WithTLS]) and
+// amqp091-go's configuration ([WithConfig]: SASL mechanisms such as
+// EXTERNAL for a login by client certificate, a dialer, client
+// properties). The URL still names the server and sets every
+// parameter.
 //
 // # Topology
 //

@@ -2,10 +2,13 @@ package rabbitbus_test
 
 import (
 	"context"
+	"crypto/tls"
 	"log"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/omnibus-go/omnibus"
-	_ "github.com/omnibus-go/omnibus/rabbitbus"
+	"github.com/omnibus-go/omnibus/rabbitbus"
 )
 
 // Open a client on RabbitMQ and publish a message with publisher confirms.
@@ -42,4 +45,30 @@ func Example_partitioned() {
 		log.Fatal(err)
 	}
 	_ = k.Run(ctx)
+}
+
+// Log in with a client certificate (SASL EXTERNAL; the server needs the
+// rabbitmq_auth_mechanism_ssl plugin) by configuring the transport in
+// Go: the TLS configuration and amqp091-go's configuration are values a
+// URL cannot carry. The URL still names the server and sets the
+// parameters.
+func ExampleNew() {
+	cert, err := tls.LoadX509KeyPair("client.pem", "client-key.pem")
+	if err != nil {
+		log.Fatal(err)
+	}
+	d := rabbitbus.New(
+		rabbitbus.WithTLS(&tls.Config{Certificates: []tls.Certificate{cert}}),
+		rabbitbus.WithConfig(amqp.Config{SASL: []amqp.Authentication{&amqp.ExternalAuth{}}}),
+	)
+	ctx := context.Background()
+	c, err := omnibus.Open(ctx, "amqps://rabbit.example.com:5671/?queue_type=quorum", omnibus.WithDriver(d))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	err = c.Publish(ctx, "orders", &omnibus.Message{Key: "customer-42", Body: []byte(`{"order":1}`)})
+	if err != nil {
+		log.Fatal(err)
+	}
 }

@@ -34,8 +34,14 @@ const (
 func (c *config) dial(ctx context.Context) (*amqp.Connection, error) {
 	cfg := c.amqp
 	cfg.Dial = func(network, addr string) (net.Conn, error) {
-		d := net.Dialer{Timeout: c.dialTO, KeepAlive: 30 * time.Second}
-		conn, err := d.DialContext(ctx, network, addr)
+		var conn net.Conn
+		var err error
+		if c.userDial != nil {
+			conn, err = c.userDial(network, addr)
+		} else {
+			d := net.Dialer{Timeout: c.dialTO, KeepAlive: 30 * time.Second}
+			conn, err = d.DialContext(ctx, network, addr)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -55,8 +61,16 @@ func (c *config) dial(ctx context.Context) (*amqp.Connection, error) {
 }
 
 // who names the URL's user for errors: the name when the URL has a
-// password, else nothing, as a user name alone may be a secret.
+// password, else nothing, as a user name alone may be a secret; or the
+// SASL mechanisms WithConfig gave, which take the user's place.
 func (c *config) who() string {
+	if len(c.amqp.SASL) > 0 {
+		var names []string
+		for _, a := range c.amqp.SASL {
+			names = append(names, a.Mechanism())
+		}
+		return "SASL " + strings.Join(names, "/")
+	}
 	if c.user == "" {
 		return "the URL's user"
 	}
@@ -70,9 +84,16 @@ func (c *config) openError(err error) error {
 	var ae *amqp.Error
 	switch {
 	case errors.Is(err, amqp.ErrCredentials), errors.As(err, &ae) && ae.Code == amqp.AccessRefused && strings.Contains(ae.Reason, "Login"):
-		return fmt.Errorf("rabbitbus: open %q: authentication failed for %s (check the user name and password): %w", c.redacted, who, err)
+		check := "the user name and password"
+		if len(c.amqp.SASL) > 0 {
+			check = "the credentials, and the server's auth_mechanisms"
+		}
+		return fmt.Errorf("rabbitbus: open %q: authentication failed for %s (check %s): %w", c.redacted, who, check, err)
 	case errors.As(err, &ae) && ae.Code == amqp.NotAllowed && strings.Contains(ae.Reason, "vhost"), errors.Is(err, amqp.ErrVhost):
 		return fmt.Errorf("rabbitbus: open %q: virtual host %q not found or not permitted for %s: %w: %w", c.redacted, c.vhost, who, driver.ErrNotFound, err)
+	case errors.As(err, &ae) && ae.Code == amqp.FrameError && c.amqp.TLSClientConfig == nil:
+		// A TLS listener's alert, read as an AMQP frame.
+		return fmt.Errorf("rabbitbus: open %q: the server's answer is no AMQP: does the port want TLS (amqps://)? %w", c.redacted, err)
 	}
 	return fmt.Errorf("rabbitbus: open %q: %w", c.redacted, err)
 }

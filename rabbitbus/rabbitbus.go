@@ -9,10 +9,13 @@ package rabbitbus
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
@@ -25,17 +28,27 @@ const (
 )
 
 func init() {
-	omnibus.Register(Scheme, opener{})
-	omnibus.Register(SchemeTLS, opener{})
+	omnibus.Register(Scheme, Driver{})
+	omnibus.Register(SchemeTLS, Driver{})
 }
 
-type opener struct{}
+// Driver is the rabbitbus driver.Driver. Programs reach the zero Driver,
+// registered for amqp:// and amqps://, through omnibus.Open; one made by
+// [New] carries options a URL cannot, and is given to omnibus.Open with
+// omnibus.WithDriver.
+type Driver struct {
+	tls  *tls.Config
+	amqp *amqp.Config
+}
 
 // Open implements driver.Driver. It dials once, so that bad credentials,
 // a missing virtual host or an unreachable server fail here.
-func (opener) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
+func (d Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
 	cfg, err := parseConfig(u)
 	if err != nil {
+		return nil, err
+	}
+	if err := d.apply(u, cfg); err != nil {
 		return nil, err
 	}
 	c := &conn{cfg: cfg, declared: map[string]declared{}, names: map[string]bool{}, dead: map[string]bool{}}

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -41,6 +42,7 @@ type config struct {
 	user       string
 	vhost      string
 	amqp       amqp.Config
+	userDial   func(network, addr string) (net.Conn, error) // WithConfig's Dial
 	dialTO     time.Duration
 	queueType  string
 	partitions int
@@ -105,7 +107,7 @@ func parseConfig(u *url.URL) (*config, error) {
 		}
 		cfg.amqp.TLSClientConfig = tc
 	} else {
-		for _, p := range []string{"tls_ca", "tls_cert", "tls_key", "tls_server_name", "tls_insecure"} {
+		for _, p := range tlsParams {
 			if q.Has(p) {
 				return nil, fmt.Errorf("rabbitbus: URL %q: %s needs the amqps scheme: %w", cfg.redacted, p, driver.ErrInvalid)
 			}

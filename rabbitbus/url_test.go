@@ -48,7 +48,7 @@ func TestHostlessURLsAreRefused(t *testing.T) {
 			if err != nil {
 				return nil, errUnparsed
 			}
-			return opener{}.Open(ctx, u, driver.OpenOptions{Logger: slog.Default()})
+			return Driver{}.Open(ctx, u, driver.OpenOptions{Logger: slog.Default()})
 		},
 	}
 	for _, raw := range urls {
