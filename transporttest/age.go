@@ -106,5 +106,7 @@ func (s *suite) testAge(t *testing.T) {
 			}
 		}
 		return true
-	}, func() string { return fmt.Sprintf("every message handled, yet not every lane's age is a known 0: %+v", lags) })
+	}, func() string {
+		return fmt.Sprintf("every message handled, yet not every lane's age is a known 0: %+v", lags)
+	})
 }
