@@ -382,7 +382,8 @@ type GroupMembersReader interface {
 //   - membus: the append time of the record at the committed offset.
 //   - Kafka: the timestamp of the record at the committed offset (or the
 //     log start, where the group has committed nothing), fetched once per
-//     committed offset.
+//     committed offset: the time the record was produced (appended, on a
+//     topic with LogAppendTime).
 //   - JetStream: the stream's time of the first message at or after the
 //     consumer's ack floor + 1 on the consumer's filter subject.
 //   - RabbitMQ: the oldest delivery the client's members hold on the lane
