@@ -55,6 +55,8 @@ type conn struct {
 	mu        sync.Mutex
 	streams   map[string]*streamRef  // by topic
 	ephemeral map[ephemeralGroup]int // members of throwaway groups on this connection
+
+	stamps stamps // stream times of the messages after ack floors, for ages
 }
 
 // ephemeralGroup names a throwaway group: only this connection knows its
@@ -204,6 +206,7 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 func (c *conn) Capabilities() driver.Capabilities {
 	caps := driver.Capabilities{
 		Lag:    driver.LagDepth,
+		Age:    true,
 		Groups: true,
 		Replay: true,
 		// The payload limit covers headers too: leave room for ours.
