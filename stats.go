@@ -13,9 +13,11 @@ import (
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-// Lag reports the group's lag per lane, from the transport. A lane whose
-// lag the transport could not read has Known false; it is never reported
-// as zero. Lag returns a *CapabilityError on transports without lag.
+// Lag reports the group's lag per lane, from the transport: messages
+// (Lag) and, where Capabilities().Age, the age of the oldest unsettled
+// message (Age). A lane whose lag the transport could not read has Known
+// false, and one whose age it could not tell AgeKnown false; neither is
+// ever reported as zero. Lag returns a *CapabilityError on transports without lag.
 func (k *Consumer) Lag(ctx context.Context) ([]LaneLag, error) {
 	k.mu.Lock()
 	var readers []driver.LagReader
@@ -72,7 +74,34 @@ func (c *Client) Lag(ctx context.Context, topic, group string) ([]LaneLag, error
 	return sortLags(lags), nil
 }
 
-// LaneLag is the lag of one lane; see driver.LaneLag.
+// Members reports how many members a consumer group has, across every
+// process, on transports that can count them without joining the group
+// (see driver.GroupMembersReader); elsewhere it returns a
+// *CapabilityError. A group the transport does not know is ErrNotFound.
+func (c *Client) Members(ctx context.Context, topic, group string) (int, error) {
+	if err := c.checkOpen("members", topic); err != nil {
+		return 0, err
+	}
+	r, ok := c.conn.(driver.GroupMembersReader)
+	if !ok {
+		return 0, &CapabilityError{Scheme: c.scheme, Capability: "members", Detail: "the transport cannot count a group's members"}
+	}
+	n, err := r.GroupMembers(ctx, topic, group)
+	if err != nil {
+		return 0, fmt.Errorf("omnibus: members %q group %q: %w", topic, group, err)
+	}
+	return n, nil
+}
+
+// GroupMembers is Client.Members for the consumer's group: the members of
+// every process, where Members counts this consumer's own.
+func (k *Consumer) GroupMembers(ctx context.Context) (int, error) {
+	return k.client.Members(ctx, k.topic, k.cfg.group)
+}
+
+// LaneLag is the lag of one lane, in messages (Lag) and in time (Age: how
+// long the oldest unsettled message has waited); see driver.LaneLag for
+// what each transport can tell.
 type LaneLag = driver.LaneLag
 
 // Stats is a snapshot of the consumer's engine.

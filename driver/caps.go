@@ -11,6 +11,10 @@ type Capabilities struct {
 	Ordered bool
 	// Lag is what the transport's lag counts; LagNone when it cannot tell.
 	Lag LagKind
+	// Age is true when the transport reports the age of each lane's
+	// oldest unsettled message (LaneLag.Age), on the lanes it can tell
+	// about (see LaneLag).
+	Age bool
 	// ExclusiveLanes is true when a lane is read by one member of a group
 	// at a time (a Kafka partition, a partition queue), so that the
 	// number of lanes caps the number of members that get work.

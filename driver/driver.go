@@ -355,13 +355,80 @@ type GroupLagReader interface {
 	GroupLag(ctx context.Context, topic, group string) ([]LaneLag, error)
 }
 
+// GroupMembersReader is implemented by a Conn that can count the members
+// of a consumer group across every process (a Kafka group's members, the
+// live leases of a JetStream group, the consumers of a RabbitMQ queue),
+// without joining the group. The autoscaler uses it to take the group's
+// view: each process sizes itself to its share of what the group needs,
+// so that two processes do not both add what the group lacks. It returns
+// an error wrapping ErrNotFound when the group does not exist, and one
+// wrapping ErrUnsupported when it cannot tell at the moment.
+type GroupMembersReader interface {
+	GroupMembers(ctx context.Context, topic, group string) (int, error)
+}
+
 // LaneLag is the lag of one lane. Known is false when the transport could
 // not say (a failed read, a group with no position yet on a transport that
 // cannot tell); an unknown lag is never reported as zero.
+//
+// # Age
+//
+// Age is how long the lane's oldest unsettled message has waited: the
+// time of the read minus the time the message was appended (or, where the
+// transport keeps only the publisher's time, published). It is the lag in
+// time, which a target of the form "no message waits longer than a
+// minute" needs and a count of records cannot give. A transport that
+// reports it sets Capabilities.Age and fills Age on every lane it can
+// tell about, with AgeKnown true; a lane with nothing unsettled has Age 0
+// and AgeKnown true. Where it cannot tell (the head of a queue the
+// broker does not show, a failed read) AgeKnown stays false: an unknown
+// age is never reported as zero. Set both with [LaneLag.SetAge].
+//
+// Where each transport finds the oldest unsettled message:
+//
+//   - membus: the append time of the record at the committed offset.
+//   - Kafka: the timestamp of the record at the committed offset (or the
+//     log start, where the group has committed nothing), fetched once per
+//     committed offset: the time the record was produced (appended, on a
+//     topic with LogAppendTime).
+//   - JetStream: the stream's time of the first message at or after the
+//     consumer's ack floor + 1 on the consumer's filter subject.
+//   - RabbitMQ: the oldest delivery the client's members hold on the lane
+//     (a queue hands out its head first), 0 when the queue is empty and
+//     no other process consumes it; unknown otherwise, since AMQP cannot
+//     show the head of a queue without taking it.
+//   - Redis Streams: the smallest entry ID pending for the group (XPENDING;
+//     an ID is the server's append time in milliseconds), else the first
+//     entry after the group's last-delivered-id.
+//   - NSQ: as RabbitMQ, from the oldest in-flight message this client
+//     holds (the message's nsqd timestamp); unknown while the channel has
+//     a depth and none is held here.
+//   - Kinesis: the ApproximateArrivalTimestamp of the oldest record the
+//     member holds unsettled, else MillisBehindLatest of the shard's last
+//     GetRecords, on the lanes this process reads; unknown elsewhere.
+//
+// Clocks of different machines may disagree: an age is never negative,
+// and one computed against a server's clock is off by the skew.
 type LaneLag struct {
 	Lane  string
 	Lag   int64
 	Known bool
+
+	Age      time.Duration
+	AgeKnown bool
+
+	// Committed is the group's position on the lane where the transport
+	// counts positions with integers that rise as the group settles
+	// messages (a Kafka committed offset, a JetStream ack floor, a
+	// membus offset); 0 where it does not. Only its movement means
+	// something: a rise is progress, seen from outside the group.
+	Committed int64
+}
+
+// SetAge records that the lane's oldest unsettled message was appended at
+// oldest, as seen at now: Age is now minus oldest, never negative.
+func (l *LaneLag) SetAge(now, oldest time.Time) {
+	l.Age, l.AgeKnown = max(now.Sub(oldest), 0), true
 }
 
 // TopicCreator creates a topic with n lanes when it does not exist. Drivers

@@ -175,11 +175,17 @@
 // Lag is, for every partition of the topic, the high watermark minus the
 // group's committed offset, or minus the log start offset where the group
 // has no commit; a partition whose offsets cannot be read is unknown,
-// never zero.
+// never zero. Its age is the timestamp of the record at that offset:
+// the time the record was produced (kafkabus leaves the record timestamp
+// to the producing client's clock and carries Message.Time in ce_time),
+// or appended, on a topic with LogAppendTime. Reading it costs one Fetch
+// of the record batch holding the offset, per partition with lag and per
+// committed offset (a lane that does not move costs none). The group's
+// members are those DescribeGroups lists, from every process.
 //
 //	capability       kafkabus
 //	ordered lanes    yes (partitions)
-//	lag              records
+//	lag              records, and age
 //	exclusive lanes  yes (a partition is read by one member of a group)
 //	groups           yes
 //	replay           yes

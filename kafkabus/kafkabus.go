@@ -99,6 +99,8 @@ type conn struct {
 	producers [3]*kgo.Client // by driver.Durability, created on first use
 	known     map[string]bool
 	dead      map[string]bool // topics the engine dead-letters to
+
+	stamps stamps // record timestamps at committed offsets, for ages
 }
 
 // recordOverhead is what a record costs on the wire beyond what
@@ -113,6 +115,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Ordered:         true,
 		Lag:             driver.LagRecords,
+		Age:             true,
 		ExclusiveLanes:  true,
 		Groups:          true,
 		Replay:          true,
@@ -366,7 +369,7 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", err, driver.ErrClosed)
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
 		return fmt.Errorf("%w: %w", err, driver.ErrTooLarge)
-	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID), errors.Is(err, kerr.GroupIDNotFound):
 		return fmt.Errorf("%w: %w", err, driver.ErrNotFound)
 	case errors.Is(err, kerr.NotEnoughReplicas), errors.Is(err, kerr.NotLeaderForPartition),
 		errors.Is(err, kerr.LeaderNotAvailable), errors.Is(err, kerr.CoordinatorNotAvailable),

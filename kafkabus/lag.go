@@ -2,7 +2,8 @@ package kafkabus
 
 // Lag: per partition, the high watermark minus the group's committed
 // offset (or minus the log start where the group has none), read through
-// the admin client; a failed read is unknown, never zero. Called from any
+// the admin client, and its age (age.go); a failed read is unknown, never
+// zero. The group's members (GroupMembers) come from DescribeGroups. Called from any
 // goroutine; it holds no lock of the member's but sub.mu for a moment.
 
 import (
@@ -47,9 +48,31 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 	return c.lag(ctx, topic, group, 0)
 }
 
+// GroupMembers implements driver.GroupMembersReader: the members of the
+// group as the group coordinator describes it (every process's), whatever
+// topics they read. A group the cluster does not know, or one without
+// members and commits, is ErrNotFound.
+func (c *conn) GroupMembers(ctx context.Context, topic, group string) (int, error) {
+	if err := c.checkOpen("members", topic); err != nil {
+		return 0, err
+	}
+	groups, err := c.adm.DescribeGroups(ctx, group)
+	if err == nil {
+		err = groups.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kafkabus: members %q group %q: %w", topic, group, classify(err))
+	}
+	g, ok := groups[group]
+	if !ok || g.State == "Dead" {
+		return 0, fmt.Errorf("kafkabus: members %q: group %q: %w", topic, group, driver.ErrNotFound)
+	}
+	return len(g.Members), nil
+}
+
 // lag reads the group's lag on every partition of topic: the end offset
 // minus the committed offset, or minus the log start where the group has
-// committed nothing. known is the partition count from an earlier read,
+// committed nothing, and the age of the record there. known is the partition count from an earlier read,
 // so that a failed read still lists every partition, as unknown.
 func (c *conn) lag(ctx context.Context, topic, group string, known int) ([]driver.LaneLag, error) {
 	adm := c.adm
@@ -92,9 +115,10 @@ func (c *conn) lag(ctx context.Context, topic, group string, known int) ([]drive
 			}
 		}
 		if end.Err == nil && end.Offset >= 0 && from >= 0 {
-			l.Lag, l.Known = max(end.Offset-from, 0), true
+			l.Lag, l.Known, l.Committed = max(end.Offset-from, 0), true, from
 		}
 		lags = append(lags, l)
 	}
+	c.ages(ctx, topic, group, parts, lags)
 	return lags, nil
 }

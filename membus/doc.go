@@ -32,14 +32,17 @@
 // committed offset. A new group starts at the end of each partition, or at
 // offset 0 with StartEarliest. Commits from a member that no longer owns
 // the partition are rejected. Lag is the partition's end offset minus the
-// committed offset, in records. Nothing is ever deleted while the bus is
-// open. A publish succeeds or fails for good (too large, closed): it is
-// never marked for omnibus.Publish to try again, so it never stores a
-// message twice.
+// committed offset, in records; its age is the time since the record at
+// the committed offset was appended, by Config.Clock (exact: give a fake
+// clock to test with time lag). The group's members are counted across
+// every client of the bus. Nothing is ever deleted while the bus is open.
+// A publish succeeds or fails for good (too large, closed): it is never
+// marked for omnibus.Publish to try again, so it never stores a message
+// twice.
 //
 //	capability       membus
 //	ordered lanes    yes (partitions)
-//	lag              records
+//	lag              records, and age
 //	lane cap         yes
 //	groups           yes
 //	replay           yes

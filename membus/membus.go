@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
@@ -78,6 +79,10 @@ type Config struct {
 	Partitions int
 	// MaxBytes is the largest message accepted. Default: 8 MiB.
 	MaxBytes int
+	// Clock tells the time: records are stamped with it when appended,
+	// and a lane's age (driver.LaneLag.Age) is measured with it. Tests
+	// of time lag give a fake one. Default: time.Now.
+	Clock func() time.Time
 }
 
 // Bus is one in-memory log: topics, partitions, groups and offsets.
@@ -97,6 +102,9 @@ func New(cfg Config) *Bus {
 	}
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultMaxBytes
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
 	}
 	return &Bus{cfg: cfg, topics: map[string]*topic{}}
 }
@@ -121,8 +129,9 @@ type partition struct {
 
 type record struct {
 	msg driver.Message
-	off int64  // the record's offset in its partition
-	pos string // off in decimal: every delivery of the record shares it
+	off int64     // the record's offset in its partition
+	pos string    // off in decimal: every delivery of the record shares it
+	at  time.Time // appended, by Config.Clock
 }
 
 func (b *Bus) topic(name string, partitions int) *topic {
@@ -158,6 +167,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Ordered:         true,
 		Lag:             driver.LagRecords,
+		Age:             true,
 		ExclusiveLanes:  true,
 		Groups:          true,
 		Replay:          true,
@@ -208,10 +218,12 @@ func (c *conn) Publish(ctx context.Context, name string, msgs []*driver.Message,
 	}
 	t.mu.Lock()
 	n := len(t.parts)
+	now := c.bus.cfg.Clock()
 	for i := range recs {
 		if errs != nil && errs[i] != nil {
 			continue
 		}
+		recs[i].at = now
 		p := t.parts[t.partitionLocked(recs[i].msg.Key, n)]
 		recs[i].off = int64(len(p.log))
 		recs[i].pos = strconv.FormatInt(recs[i].off, 10)

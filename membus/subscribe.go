@@ -29,6 +29,7 @@ type group struct {
 	committed []int64    // guarded by topic.mu
 	owner     []*sub     // guarded by topic.mu
 	members   []*sub     // guarded by rebalance
+	size      int        // len(members), guarded by topic.mu
 }
 
 func (c *conn) Subscribe(ctx context.Context, name string, opts driver.SubscribeOptions) (driver.Subscriber, error) {
@@ -54,6 +55,9 @@ func (c *conn) Subscribe(ctx context.Context, name string, opts driver.Subscribe
 	}
 	g.rebalance.Lock()
 	g.members = append(g.members, s)
+	t.mu.Lock()
+	g.size = len(g.members)
+	t.mu.Unlock()
 	t.rebalance(ctx, g)
 	g.rebalance.Unlock()
 	return s, nil
@@ -246,15 +250,23 @@ var ErrNotOwner = errors.New("partition not owned by this member")
 // Lag implements driver.LagReader: end offset minus committed offset for
 // every partition of the topic.
 func (s *sub) Lag(context.Context) ([]driver.LaneLag, error) {
+	now := s.conn.bus.cfg.Clock()
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()
-	return s.t.lagLocked(s.g), nil
+	return s.t.lagLocked(s.g, now), nil
 }
 
-func (t *topic) lagLocked(g *group) []driver.LaneLag {
+// lagLocked is the group's lag on every partition: the records after the
+// committed offset, and the age of the first of them at now.
+func (t *topic) lagLocked(g *group, now time.Time) []driver.LaneLag {
 	lags := make([]driver.LaneLag, len(t.parts))
 	for p, part := range t.parts {
-		lags[p] = driver.LaneLag{Lane: part.lane, Lag: int64(len(part.log)) - g.committed[p], Known: true}
+		at := g.committed[p]
+		l := driver.LaneLag{Lane: part.lane, Lag: int64(len(part.log)) - at, Known: true, Committed: at, AgeKnown: true}
+		if at < int64(len(part.log)) {
+			l.SetAge(now, part.log[at].at)
+		}
+		lags[p] = l
 	}
 	return lags
 }
@@ -270,13 +282,35 @@ func (c *conn) GroupLag(_ context.Context, topic, group string) ([]driver.LaneLa
 	if t == nil {
 		return nil, fmt.Errorf("membus: lag: topic %q: %w", topic, driver.ErrNotFound)
 	}
+	now := c.bus.cfg.Clock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	g := t.groups[group]
 	if g == nil {
 		return nil, fmt.Errorf("membus: lag: group %q of topic %q: %w", group, topic, driver.ErrNotFound)
 	}
-	return t.lagLocked(g), nil
+	return t.lagLocked(g, now), nil
+}
+
+// GroupMembers implements driver.GroupMembersReader: the members of group
+// on topic, in every client of the bus.
+func (c *conn) GroupMembers(_ context.Context, topic, name string) (int, error) {
+	if err := c.checkOpen("members", topic); err != nil {
+		return 0, err
+	}
+	c.bus.mu.Lock()
+	t := c.bus.topics[topic]
+	c.bus.mu.Unlock()
+	if t == nil {
+		return 0, fmt.Errorf("membus: members: topic %q: %w", topic, driver.ErrNotFound)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.groups[name]
+	if g == nil {
+		return 0, fmt.Errorf("membus: members: group %q of topic %q: %w", name, topic, driver.ErrNotFound)
+	}
+	return g.size, nil
 }
 
 // Close implements driver.Subscriber: the member revokes its own
@@ -287,6 +321,9 @@ func (s *sub) Close() error {
 		g.rebalance.Lock()
 		defer g.rebalance.Unlock()
 		g.members = slices.DeleteFunc(g.members, func(x *sub) bool { return x == s })
+		s.t.mu.Lock()
+		g.size = len(g.members)
+		s.t.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		s.t.rebalance(ctx, g)

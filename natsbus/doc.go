@@ -373,12 +373,16 @@
 // (LagDepth); a failed read reports Known false. Client.Lag (and the
 // CLI's omnibus lag) read it without joining the group, with consumer
 // info requests (driver.GroupLagReader); a missing stream or a group
-// without consumers is ErrNotFound.
+// without consumers is ErrNotFound. A lane's age is the stream's time
+// (the server's clock) of the first message on the lane's subject after
+// the consumer's ack floor: every message up to the floor is
+// acknowledged and that one is not. It costs one message get per lane
+// with lag and per ack floor (a lane that does not move costs none).
 //
 //	capability       unpartitioned (default)             partitions=N
 //	ordered lanes    no (one unordered lane, "0")        yes (lanes "0" ... "N-1", one member each)
 //	native nack      yes (NakWithDelay)                  yes, used by OrderNone only
-//	lag              depth (num_pending + num_ack_pending, per lane)
+//	lag              depth (num_pending + num_ack_pending, per lane), and age
 //	exclusive lanes  no                                  yes (at most N members get work)
 //	groups           yes                                 yes
 //	replay           yes (DeliverAll)                    yes (DeliverAll)

@@ -2,7 +2,9 @@ package natsbus
 
 // Lag: the member's lanes (Lag) and any group's (GroupLag,
 // GroupMembers), read with consumer info requests on the caller's
-// goroutine; sub.mu guards the readers Lag walks.
+// goroutine, and each lane's age from the stream's message after the
+// consumer's ack floor; sub.mu guards the readers Lag walks, stamps.mu
+// the remembered times of those messages.
 
 import (
 	"context"
@@ -10,6 +12,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,15 +29,75 @@ func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 		readers = append(readers, r)
 	}
 	s.mu.Unlock()
+	st, _ := s.c.js.Stream(ctx, s.ref.name) // nil: ages unknown
 	lags := make([]driver.LaneLag, 0, len(readers))
 	for _, r := range readers {
 		l := driver.LaneLag{Lane: r.lane}
 		if info, err := r.consumer().Info(ctx); err == nil {
-			l.Lag, l.Known = int64(info.NumPending)+int64(info.NumAckPending), true
+			subject := s.topic
+			if s.ref.parts > 0 {
+				p, _ := strconv.Atoi(r.lane)
+				subject = partitionSubject(s.topic, p)
+			}
+			l = s.c.laneLag(ctx, st, subject, r.lane, info)
 		}
 		lags = append(lags, l)
 	}
 	return lags, nil
+}
+
+// laneLag is a lane's lag from its consumer's info: the messages pending
+// and unacknowledged, the ack floor as Committed, and the age of the
+// oldest unacknowledged message: the stream's time of the first message
+// on subject after the ack floor (every message up to the floor is
+// acknowledged; the next one is not, or the floor would be past it). The
+// time is remembered per consumer until the floor moves. With st nil the
+// age is unknown.
+func (c *conn) laneLag(ctx context.Context, st jetstream.Stream, subject, lane string, info *jetstream.ConsumerInfo) driver.LaneLag {
+	now := time.Now()
+	floor := info.AckFloor.Stream
+	l := driver.LaneLag{Lane: lane, Lag: int64(info.NumPending) + int64(info.NumAckPending), Known: true, Committed: int64(floor)}
+	if l.Lag == 0 {
+		l.SetAge(now, now)
+		return l
+	}
+	if st == nil {
+		return l
+	}
+	key := stampKey{stream: info.Stream, consumer: info.Name}
+	c.stamps.mu.Lock()
+	s, ok := c.stamps.at[key]
+	c.stamps.mu.Unlock()
+	if ok && s.floor == floor {
+		l.SetAge(now, s.at)
+		return l
+	}
+	m, err := st.GetMsg(ctx, floor+1, jetstream.WithGetMsgSubject(subject))
+	if err != nil {
+		return l
+	}
+	l.SetAge(time.Now(), m.Time)
+	c.stamps.mu.Lock()
+	if c.stamps.at == nil {
+		c.stamps.at = map[stampKey]stamp{}
+	}
+	c.stamps.at[key] = stamp{floor: floor, at: m.Time}
+	c.stamps.mu.Unlock()
+	return l
+}
+
+// stamps remembers, per consumer, the stream time of the first message
+// after its ack floor.
+type stamps struct {
+	mu sync.Mutex
+	at map[stampKey]stamp
+}
+
+type stampKey struct{ stream, consumer string }
+
+type stamp struct {
+	floor uint64
+	at    time.Time
 }
 
 // GroupLag implements driver.GroupLagReader: num_pending +
@@ -78,7 +142,8 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 	found := 0
 	var firstErr error
 	for p, cn := range consumers {
-		lags[p].Lane = strconv.Itoa(p)
+		lane := strconv.Itoa(p)
+		lags[p].Lane = lane
 		cons, err := c.js.Consumer(ctx, name, cn)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrConsumerNotFound) && firstErr == nil {
@@ -87,8 +152,11 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 			continue
 		}
 		found++
-		info := cons.CachedInfo()
-		lags[p].Lag, lags[p].Known = int64(info.NumPending)+int64(info.NumAckPending), true
+		subject := topic
+		if cn != safeName(group) {
+			subject = partitionSubject(topic, p)
+		}
+		lags[p] = c.laneLag(ctx, st, subject, lane, cons.CachedInfo())
 	}
 	if found == 0 {
 		if firstErr != nil {

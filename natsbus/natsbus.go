@@ -68,6 +68,8 @@ type conn struct {
 	mu        sync.Mutex
 	streams   map[string]*streamRef  // by topic
 	ephemeral map[ephemeralGroup]int // members of throwaway groups on this connection
+
+	stamps stamps // stream times of the messages after ack floors, for ages
 }
 
 // ephemeralGroup names a throwaway group: only this connection knows its
@@ -275,6 +277,7 @@ func (c *conn) connect(ctx context.Context, serverURL string, opts []nats.Option
 func (c *conn) Capabilities() driver.Capabilities {
 	caps := driver.Capabilities{
 		Lag:    driver.LagDepth,
+		Age:    true,
 		Groups: true,
 		Replay: true,
 		// The payload limit covers headers too: leave room for ours.

@@ -53,7 +53,7 @@ func (s *sub) settleLocked(ds []*driver.Delivery) []ackPlan {
 			k++
 		}
 		newLow := l.low + uint64(k)
-		l.settled = l.settled[k:]
+		l.settled, l.times = l.settled[k:], l.times[k:]
 		l.low = newLow
 		p := ackPlan{ch: l.ch}
 		for _, tag := range tags[l] {

@@ -118,7 +118,7 @@ func (l *lane) serve(ch *amqp.Channel, dels <-chan amqp.Delivery) {
 	l.gen++
 	gen := l.gen
 	l.claimed, l.revoking = false, false
-	l.held, l.low, l.settled = 0, 1, l.settled[:0]
+	l.held, l.low, l.settled, l.times = 0, 1, l.settled[:0], l.times[:0]
 	s.mu.Unlock()
 	if !s.part {
 		s.claim(l, gen) // the queue's one lane is ours while we consume it
@@ -167,7 +167,9 @@ func (s *sub) accept(l *lane, gen uint64, d *amqp.Delivery) {
 	l.held++
 	for uint64(len(l.settled)) < d.DeliveryTag-l.low+1 {
 		l.settled = append(l.settled, false)
+		l.times = append(l.times, time.Time{})
 	}
+	l.times[d.DeliveryTag-l.low] = msg.Time
 	if l.claimed && !l.revoking && !s.closed {
 		s.buf = append(s.buf, dl)
 		driver.Notify(s.wake)

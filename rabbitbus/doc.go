@@ -237,6 +237,20 @@
 // messages waiting in retry queues. A queue that cannot be read gives
 // Known false. Every lane of the group is reported, not only the member's.
 //
+// A lane's age is the age of the oldest delivery this client's members
+// hold on it, by the message's time (the publisher's clock: RabbitMQ 3.x
+// stamps nothing on arrival), when that is the queue's oldest
+// unacknowledged message: a queue hands out its head first, so it is
+// when the client is the lane's single active consumer (partitioned
+// mode) or the queue's only consumer. A queue with nothing ready, nothing
+// held and no consumer of another client has a known age 0. Elsewhere
+// the age is unknown, never 0: AMQP shows the head of a queue only to
+// whoever takes it (a basic.get would take it from the active consumer
+// and put it back behind newer messages), and RabbitMQ tells its
+// timestamp (head_message_timestamp) only through the management
+// plugin's HTTP API. A delayed retry waiting in a TTL queue is not
+// counted until it is back in the lane's queue.
+//
 // # Reconnection
 //
 // A client uses two connections, one for publishing and one (opened by
@@ -267,6 +281,7 @@
 //	capability       rabbitbus                 rabbitbus?partitions=N
 //	ordered lanes    no (one unordered lane)   yes (N partition queues, single active consumer)
 //	lag              depth                     depth
+//	age              held here, alone only     held here (the active consumer)
 //	exclusive lanes  no                        yes
 //	groups           yes                       yes
 //	replay           no                        no

@@ -2,15 +2,16 @@ package rabbitbus
 
 // Lag: the member's lanes (Lag) and any group's (GroupLag,
 // GroupMembers), read with passive queue declares, plus the deliveries
-// the connection's subscribers hold unacknowledged. It runs on the
-// caller's goroutine (queueCounts on the rebalancer's too); sub.mu
-// guards the held counts.
+// the connection's subscribers hold unacknowledged, whose oldest gives a
+// lane's age. It runs on the caller's goroutine (queueCounts on the
+// rebalancer's too); sub.mu guards the held counts and times.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -21,7 +22,7 @@ var _ driver.GroupLagReader = (*conn)(nil)
 
 // Lag implements driver.LagReader: for every lane of the group, the
 // messages ready in its queue (queue.declare-ok) plus the deliveries
-// this client holds unacknowledged on it.
+// this client holds unacknowledged on it, and the lane's age (laneLag).
 func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -31,12 +32,44 @@ func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 	out := make([]driver.LaneLag, len(s.lanes))
 	for i, l := range s.lanes {
 		out[i] = driver.LaneLag{Lane: l.id}
-		if c, ok := counts[l.queue]; ok {
-			out[i].Lag = int64(c.Messages) + int64(held[l.queue])
-			out[i].Known = true
+		if q, ok := counts[l.queue]; ok {
+			out[i] = held[l.queue].laneLag(l.id, q, s.part)
 		}
 	}
 	return out, nil
+}
+
+// holding is what a client's members hold unacknowledged on one queue.
+type holding struct {
+	n         int       // deliveries held
+	oldest    time.Time // the oldest held delivery's message time
+	untimed   bool      // a lane's oldest held delivery has no time
+	consumers int       // the client's consumers on the queue
+}
+
+// laneLag is the lag of the lane on queue q, as the client holding h
+// sees it: the ready messages plus those held. Its age is that of the
+// oldest message held, where that is the queue's oldest unacknowledged
+// one: a queue hands out its head first, so it is, when the client holds
+// any and is the only consumer that may (a partition queue's single
+// active consumer is the only one with deliveries; an unpartitioned
+// queue's other consumers may hold older ones). With nothing held and
+// nothing ready, and no consumer but the client's, nothing is unsettled:
+// a known 0. Anything else is unknown: AMQP shows the head of a queue
+// only to whoever takes it (basic.get would take it from the active
+// consumer and reorder it), and RabbitMQ shows it through the management
+// plugin's HTTP API alone.
+func (h holding) laneLag(lane string, q amqp.Queue, exclusive bool) driver.LaneLag {
+	l := driver.LaneLag{Lane: lane, Lag: int64(q.Messages) + int64(h.n), Known: true}
+	alone := q.Consumers <= h.consumers
+	now := time.Now()
+	switch {
+	case h.n > 0 && !h.untimed && (exclusive || alone):
+		l.SetAge(now, h.oldest)
+	case h.n == 0 && q.Messages == 0 && alone:
+		l.SetAge(now, now)
+	}
+	return l
 }
 
 // queueCounts reads every lane queue's ready messages and consumers; a
@@ -68,16 +101,31 @@ func (s *sub) queueCounts(ctx context.Context) map[string]amqp.Queue {
 	return out
 }
 
-// held counts the unacknowledged deliveries per queue over every
-// subscriber of the connection.
-func (c *conn) held() map[string]int {
-	out := map[string]int{}
+// held is what the connection's subscribers hold unacknowledged, per
+// queue.
+func (c *conn) held() map[string]holding {
+	out := map[string]holding{}
 	for _, s := range c.subs.All() {
 		s.mu.Lock()
 		for _, l := range s.lanes {
-			if l.ch != nil {
-				out[l.queue] += l.held
+			if l.ch == nil {
+				continue
 			}
+			h := out[l.queue]
+			h.consumers++
+			h.n += l.held
+			for i, done := range l.settled {
+				if !done {
+					switch t := l.times[i]; {
+					case t.IsZero():
+						h.untimed = true
+					case h.oldest.IsZero() || t.Before(h.oldest):
+						h.oldest = t
+					}
+					break
+				}
+			}
+			out[l.queue] = h
 		}
 		s.mu.Unlock()
 	}
@@ -86,8 +134,8 @@ func (c *conn) held() map[string]int {
 
 // GroupLag implements driver.GroupLagReader: the depth of each of the
 // group's queues (ready messages, plus those this client holds
-// unacknowledged), read with passive declares, without joining the
-// group. A group whose queue does not exist is ErrNotFound; a queue that
+// unacknowledged) and its age (holding.laneLag), read with passive
+// declares, without joining the group. A group whose queue does not exist is ErrNotFound; a queue that
 // could not be read is a lane of unknown lag.
 func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.LaneLag, error) {
 	if err := c.checkOpen("lag", topic); err != nil {
@@ -126,7 +174,7 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 			case err != nil:
 				continue
 			}
-			out[i].Lag, out[i].Known = int64(info.Messages)+int64(held[q]), true
+			out[i] = held[q].laneLag(out[i].Lane, info, c.cfg.partitions > 0)
 		}
 		return nil
 	})

@@ -97,6 +97,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Ordered:         part,
 		Lag:             driver.LagDepth,
+		Age:             true,
 		ExclusiveLanes:  part,
 		Groups:          true,
 		Replay:          false,

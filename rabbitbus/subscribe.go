@@ -80,9 +80,10 @@ type lane struct {
 	gen      uint64        // counts channels
 	claimed  bool
 	revoking bool
-	held     int    // deliveries on ch not yet acknowledged
-	low      uint64 // lowest delivery tag on ch not known settled
-	settled  []bool // settled[i] is tag low+i
+	held     int         // deliveries on ch not yet acknowledged
+	low      uint64      // lowest delivery tag on ch not known settled
+	settled  []bool      // settled[i] is tag low+i
+	times    []time.Time // times[i] is tag low+i's message time, for the lane's age
 }
 
 // token is a Delivery's handle.

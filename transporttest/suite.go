@@ -46,6 +46,7 @@ func Run(t *testing.T, h Harness) {
 		{"DeadLetter", s.testDeadLetter},
 		{"DeadLetterNamedTopic", s.testDeadLetterNamed},
 		{"Lag", s.testLag},
+		{"Age", s.testAge},
 		{"ShutdownCommits", s.testShutdownCommits},
 		{"ContextCancellation", s.testCancel},
 		{"Close", s.testClose},

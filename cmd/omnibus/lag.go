@@ -53,6 +53,10 @@ group, and judges each lane from a sliding window of samples:
   STOP     lag and the group stopped committing (no members left)
   UNKNOWN  the lag could not be read (never shown as zero)
 
+AGE is how long the oldest unsettled message of the lane has waited, where
+the transport can tell ("?" where it cannot: RabbitMQ shows the head of a
+queue to no one but the consumer holding it); the total's is the oldest.
+
 Without --watch it takes --samples samples --interval apart and prints
 once; with --watch it prints after every sample until Ctrl-C. The
 transport must be able to read a group's lag from outside the group.`,
@@ -87,9 +91,10 @@ type groupLag struct {
 // lagSource reads a group's lag.
 type lagSource func(ctx context.Context, topic, group string) (groupLag, error)
 
-// lagSources open a lag source for a URL scheme whose driver cannot read a
-// group's lag itself; close releases it. Files lag_<x>.go add theirs.
-var lagSources = map[string]func(ctx context.Context, rawURL string) (src lagSource, close func(), err error){}
+// lagSources open a lag source for a URL scheme whose driver does not
+// tell all of a group's lag itself (c is the client opened on rawURL);
+// close releases it. Files lag_<x>.go add theirs.
+var lagSources = map[string]func(ctx context.Context, c *omnibus.Client, rawURL string) (src lagSource, close func(), err error){}
 
 // lagSample is one reading of the group's lag.
 type lagSample struct {
@@ -105,15 +110,19 @@ type lagReport struct {
 	Time    time.Time    `json:"time"`
 	Lanes   []laneReport `json:"lanes"`
 	Total   int64        `json:"total"`
+	MaxAge  *float64     `json:"max_age_seconds,omitempty"`
 	Unknown int          `json:"unknown_lanes,omitempty"`
 	Status  laneStatus   `json:"status"`
 	Error   string       `json:"error,omitempty"`
 }
 
 type laneReport struct {
-	Lane   string     `json:"lane"`
-	Lag    int64      `json:"lag"`
-	Known  bool       `json:"known"`
+	Lane  string `json:"lane"`
+	Lag   int64  `json:"lag"`
+	Known bool   `json:"known"`
+	// Age is how long the lane's oldest unsettled message has waited, in
+	// seconds; absent when the transport cannot tell.
+	Age    *float64   `json:"age_seconds,omitempty"`
 	Status laneStatus `json:"status"`
 }
 
@@ -152,7 +161,7 @@ func (a *app) lag(ctx context.Context, o lagOptions) error {
 // else the driver's own group lag reader, else an error.
 func (a *app) lagSource(ctx context.Context, c *omnibus.Client) (lagSource, func(), error) {
 	if open, ok := lagSources[scheme(a.rawURL)]; ok {
-		return open(ctx, a.rawURL)
+		return open(ctx, c, a.rawURL)
 	}
 	if glr, ok := c.Driver().(groupLagReader); ok {
 		gmr, _ := c.Driver().(groupMembersReader)
@@ -262,6 +271,15 @@ func report(topic, group string, window []lagSample) lagReport {
 		}
 		p := points[len(points)-1]
 		lr := laneReport{Lane: lane, Lag: p.Lag, Known: p.Known, Status: classify(points)}
+		for _, l := range last.Lanes {
+			if l.Lane == lane && l.AgeKnown {
+				age := l.Age.Seconds()
+				lr.Age = &age
+				if r.MaxAge == nil || age > *r.MaxAge {
+					r.MaxAge = &age
+				}
+			}
+		}
 		if p.Known {
 			r.Total += p.Lag
 		} else {
@@ -295,18 +313,30 @@ func printLag(w io.Writer, r lagReport, asJSON bool) error {
 		fmt.Fprintf(w, "lag read failed: %s\n", oneLine(r.Error))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "LANE\tLAG\tSTATUS\t")
+	fmt.Fprintln(tw, "LANE\tLAG\tAGE\tSTATUS\t")
 	for _, l := range r.Lanes {
 		lag := fmt.Sprint(l.Lag)
 		if !l.Known {
 			lag = "?"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", l.Lane, lag, l.Status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", l.Lane, lag, ageText(l.Age), l.Status)
 	}
 	total := fmt.Sprint(r.Total)
 	if r.Unknown > 0 {
 		total += "+?"
 	}
-	fmt.Fprintf(tw, "total\t%s\t%s\t\n", total, r.Status)
+	fmt.Fprintf(tw, "total\t%s\t%s\t%s\t\n", total, ageText(r.MaxAge), r.Status)
 	return tw.Flush()
+}
+
+// ageText is an age in seconds for the table: "?" when unknown, whole
+// seconds from 10s up.
+func ageText(age *float64) string {
+	switch {
+	case age == nil:
+		return "?"
+	case *age >= 10:
+		return (time.Duration(*age) * time.Second).String()
+	}
+	return (time.Duration(*age*1000) * time.Millisecond).String()
 }

@@ -20,10 +20,10 @@ func init() { lagSources["kafka"] = kafkaLagSource }
 
 // kafkaLagSource reads a Kafka group's lag with kadm, from outside the
 // group: committed offsets, end offsets and the group's members, which
-// tell a stalled lane from a stopped group (kafkabus's GroupLag reports
-// the lag alone). It reads plain kafka:// URLs only; SASL and TLS
+// tell a stalled lane from a stopped group, with the ages kafkabus reads
+// (the record timestamps at the committed offsets). It reads plain kafka:// URLs only; SASL and TLS
 // settings live in kafkabus.
-func kafkaLagSource(_ context.Context, rawURL string) (lagSource, func(), error) {
+func kafkaLagSource(_ context.Context, c *omnibus.Client, rawURL string) (lagSource, func(), error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, nil, err
@@ -76,6 +76,17 @@ func kafkaLagSource(_ context.Context, rawURL string) (lagSource, func(), error)
 			g.Lanes = append(g.Lanes, driver.LaneLag{Lane: lane, Lag: max(l.Lag, 0), Known: known})
 			if known && l.Commit.At >= 0 {
 				g.Committed[lane] = l.Commit.At
+			}
+		}
+		// The ages, from kafkabus (the record timestamps at the
+		// committed offsets).
+		if aged, err := c.Lag(ctx, topic, group); err == nil {
+			for i, l := range g.Lanes {
+				for _, a := range aged {
+					if a.Lane == l.Lane && a.AgeKnown && a.Known && a.Lag == l.Lag {
+						g.Lanes[i].Age, g.Lanes[i].AgeKnown = a.Age, true
+					}
+				}
 			}
 		}
 		slices.SortFunc(g.Lanes, func(a, b driver.LaneLag) int {

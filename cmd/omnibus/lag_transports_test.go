@@ -66,8 +66,21 @@ func TestLagStatusOnEveryTransport(t *testing.T) {
 				}
 				return nil
 			})
-			if rep := lag("stuck", "--samples", "3", "--interval", "100ms"); rep.Status != statusStall {
+			rep := lag("stuck", "--samples", "3", "--interval", "100ms")
+			if rep.Status != statusStall {
 				t.Errorf("report %+v, want STALL: a member, and no progress", rep)
+			}
+			// The age of the stuck lane: at least the 100ms between the
+			// samples, where the transport tells; RabbitMQ cannot from
+			// another process (the member holds the queue's head).
+			for _, l := range rep.Lanes {
+				switch {
+				case l.Lag == 0:
+				case tr.name == "rabbitmq" && l.Age != nil:
+					t.Errorf("lane %s: age %vs, want unknown from outside the member's process", l.Lane, *l.Age)
+				case tr.name != "rabbitmq" && (l.Age == nil || *l.Age < 0.2 || rep.MaxAge == nil || *rep.MaxAge < *l.Age):
+					t.Errorf("lane %s: age %v (max %v), want at least 0.2s", l.Lane, l.Age, rep.MaxAge)
+				}
 			}
 			close(release)
 			k.Close()
