@@ -11,8 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/membus"
+	"github.com/omnibus-go/omnibus/otelomnibus"
+	"github.com/omnibus-go/omnibus/promomnibus"
 )
 
 // publishBacklog publishes n messages of size bytes over keys keys.
@@ -101,17 +107,48 @@ func (noopHook) OnDeadLetter(omnibus.Event) {}
 func (noopHook) OnCommit(omnibus.Event)     {}
 func (noopHook) OnLanes(omnibus.Event)      {}
 
-// BenchmarkHooks is BenchmarkNoopHandler in key mode without hooks and
-// with a hook of every kind that does nothing: what hooks cost per
-// message, allocations included (none without hooks).
+// BenchmarkHooks is BenchmarkNoopHandler in key mode without hooks, with
+// a hook of every kind that does nothing, with the Prometheus collector
+// and with the OpenTelemetry hook (the SDK's tracer and meter, spans
+// recorded and dropped): what hooks cost per message, allocations
+// included (none added without hooks). The Prometheus collector is
+// scraped once at the end, outside the timing.
 func BenchmarkHooks(b *testing.B) {
-	for _, name := range []string{"none", "every-kind"} {
-		b.Run("hooks="+name, func(b *testing.B) {
+	hooks := []struct {
+		name string
+		make func(b *testing.B) omnibus.Hook
+	}{
+		{"none", nil},
+		{"every-kind", func(*testing.B) omnibus.Hook { return noopHook{} }},
+		{"prometheus", func(b *testing.B) omnibus.Hook {
+			col := promomnibus.New()
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(col)
+			b.Cleanup(func() {
+				if _, err := reg.Gather(); err != nil {
+					b.Error(err)
+				}
+			})
+			return col
+		}},
+		{"opentelemetry", func(b *testing.B) omnibus.Hook {
+			tp := sdktrace.NewTracerProvider()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+			b.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
+			h, err := otelomnibus.New(otelomnibus.WithTracerProvider(tp), otelomnibus.WithMeterProvider(mp))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return h
+		}},
+	}
+	for _, h := range hooks {
+		b.Run("hooks="+h.name, func(b *testing.B) {
 			c := benchClient(b, 4)
 			publishBacklog(b, c, "bench", b.N, 1000, 100)
 			opts := []omnibus.SubscribeOption{omnibus.Order(omnibus.OrderKey), omnibus.MaxInFlight(256)}
-			if name != "none" {
-				opts = append(opts, omnibus.Hooks(noopHook{}))
+			if h.make != nil {
+				opts = append(opts, omnibus.Hooks(h.make(b)))
 			}
 			runtime.GC()
 			b.ReportAllocs()

@@ -37,7 +37,8 @@ type Client struct {
 	scheme     string
 	durability Durability
 	logger     *slog.Logger
-	hooks      hookSet
+	hooks      hookSet // bound to the client: its publishes
+	rawHooks   []Hook  // as registered: bound again for each consumer
 
 	mu        sync.Mutex
 	closed    bool
@@ -190,7 +191,8 @@ func newClient(conn driver.Conn, scheme, name string, cfg clientConfig) *Client 
 	if cfg.durability != nil {
 		c.durability = *cfg.durability
 	}
-	c.hooks.add(cfg.hooks...)
+	c.rawHooks = cfg.hooks
+	c.hooks.add(bindHooks(cfg.hooks, HookScope{Transport: scheme})...)
 	return c
 }
 

@@ -110,9 +110,9 @@ func (c *Client) subscribe(ctx context.Context, topic string, h Handler, bh Batc
 		settled: map[string]*atomic.Int64{},
 		done:    make(chan struct{}),
 	}
-	var own hookSet
-	own.add(cfg.hooks...)
-	k.hooks = c.hooks.with(own)
+	scope := HookScope{Transport: c.scheme, Consumer: k}
+	k.hooks.add(bindHooks(c.rawHooks, scope)...)
+	k.hooks.add(bindHooks(cfg.hooks, scope)...)
 	if err := c.addConsumer(k); err != nil {
 		return nil, fmt.Errorf("omnibus: subscribe %q: %w", topic, err)
 	}

@@ -13,7 +13,9 @@ import (
 
 // A Hook is a value implementing one or more of PublishHook,
 // PublishRetryHook, HandleHook, FetchHook, SettleHook, RetryHook,
-// DeadLetterHook, CommitHook and LanesHook (package autoscale adds its DecisionHook).
+// DeadLetterHook, CommitHook and LanesHook (package autoscale adds its
+// DecisionHook), or a HookBinder that returns such a value for each place
+// it is registered.
 //
 // # What a hook may do
 //
@@ -87,6 +89,46 @@ type LanesHook interface {
 	OnLanes(Event)
 }
 
+// A HookBinder is a hook that wants to know where it runs: the transport,
+// and the consumer when it sees one. The engine calls BindHook once for
+// the client that WithHooks registered it on (its publishes; Consumer
+// nil) and once for each consumer of that client, or once for the
+// consumer that Hooks registered it on, and uses what BindHook returns
+// (nil: nothing) in its place. A hook that labels what it records with
+// the transport, topic and group resolves those labels here, once,
+// rather than per message. BindHook runs inside Open, New, Subscribe or
+// SubscribeBatch, before the consumer runs; it must not block.
+type HookBinder interface {
+	BindHook(HookScope) Hook
+}
+
+// HookScope is where a bound hook runs.
+type HookScope struct {
+	// Transport names the client's transport: its URL scheme ("kafka",
+	// "amqp", "nats", "mem"), or for a client made with New the driver's
+	// package name ("membus").
+	Transport string
+	// Consumer is the consumer the hook is bound to; nil for the client's
+	// publishes. The hook may keep it and read its Topic, Group, Stats,
+	// Lag and Done, within the contract of Hook.
+	Consumer *Consumer
+}
+
+// bindHooks returns hs with every HookBinder replaced by what it binds
+// for scope.
+func bindHooks(hs []Hook, scope HookScope) []Hook {
+	out := make([]Hook, 0, len(hs))
+	for _, h := range hs {
+		if b, ok := h.(HookBinder); ok {
+			if h = b.BindHook(scope); h == nil {
+				continue
+			}
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
 // hookSet is the hooks found among some values, by kind.
 type hookSet struct {
 	publish      []PublishHook
@@ -133,23 +175,6 @@ func (s *hookSet) add(hs ...Hook) {
 		}
 	}
 	s.events = len(s.settle)+len(s.retry)+len(s.deadLetter)+len(s.commit)+len(s.lanes) > 0
-}
-
-// with is s followed by the hooks of t.
-func (s hookSet) with(t hookSet) hookSet {
-	out := hookSet{
-		publish:      append(s.publish[:len(s.publish):len(s.publish)], t.publish...),
-		publishRetry: append(s.publishRetry[:len(s.publishRetry):len(s.publishRetry)], t.publishRetry...),
-		handle:       append(s.handle[:len(s.handle):len(s.handle)], t.handle...),
-		fetch:        append(s.fetch[:len(s.fetch):len(s.fetch)], t.fetch...),
-		settle:       append(s.settle[:len(s.settle):len(s.settle)], t.settle...),
-		retry:        append(s.retry[:len(s.retry):len(s.retry)], t.retry...),
-		deadLetter:   append(s.deadLetter[:len(s.deadLetter):len(s.deadLetter)], t.deadLetter...),
-		commit:       append(s.commit[:len(s.commit):len(s.commit)], t.commit...),
-		lanes:        append(s.lanes[:len(s.lanes):len(s.lanes)], t.lanes...),
-	}
-	out.events = s.events || t.events
-	return out
 }
 
 // event calls the hooks of e's kind.

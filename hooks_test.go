@@ -3,6 +3,7 @@ package omnibus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -145,5 +146,75 @@ func TestHooks(t *testing.T) {
 			}
 		}
 		r.mu.Unlock()
+	}
+}
+
+// binder records the scopes it is bound to and binds a recorder per
+// scope, or nothing for consumers when skip is set.
+type binder struct {
+	scopes []omnibus.HookScope
+	bound  []*recorder
+	order  []string
+	skip   bool
+}
+
+func (b *binder) BindHook(s omnibus.HookScope) omnibus.Hook {
+	b.scopes = append(b.scopes, s)
+	if b.skip && s.Consumer != nil {
+		return nil
+	}
+	r := newRecorder(fmt.Sprint(len(b.scopes)), &b.order)
+	b.bound = append(b.bound, r)
+	return r
+}
+
+// A HookBinder is bound once for the client and once per consumer, with
+// the transport and the consumer, and what it binds is what runs; a nil
+// binding is no hook.
+func TestHookBinder(t *testing.T) {
+	onClient, onConsumer, skipping := &binder{}, &binder{}, &binder{skip: true}
+	c, err := omnibus.New(membus.New(membus.Config{Partitions: 1}).Conn(), quiet(), omnibus.WithHooks(onClient, skipping))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if len(onClient.scopes) != 1 || onClient.scopes[0] != (omnibus.HookScope{Transport: "membus"}) {
+		t.Fatalf("bound to %+v after New, want once, to the client (transport membus)", onClient.scopes)
+	}
+	handled := make(chan struct{}, 1)
+	k, err := c.Subscribe(context.Background(), "bind", func(context.Context, *omnibus.Message) error {
+		handled <- struct{}{}
+		return nil
+	}, omnibus.Hooks(onConsumer), omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	for _, b := range []*binder{onClient, onConsumer, skipping} {
+		last := b.scopes[len(b.scopes)-1]
+		if last.Transport != "membus" || last.Consumer != k {
+			t.Errorf("bound to %+v, want the consumer last", b.scopes)
+		}
+	}
+	if err := c.Publish(context.Background(), "bind", &omnibus.Message{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	go k.Run(context.Background())
+	<-handled
+	waitFor(t, func() bool { return k.Stats().Processed == 1 }, "the message settled")
+	clientBound, consumerBound := onClient.bound[0], onClient.bound[1]
+	if len(clientBound.published) != 1 || len(consumerBound.published) != 0 {
+		t.Errorf("publishes seen: client-bound %d, consumer-bound %d; want 1, 0", len(clientBound.published), len(consumerBound.published))
+	}
+	consumerBound.mu.Lock()
+	if len(consumerBound.handled) != 1 || len(clientBound.handled) != 0 {
+		t.Errorf("handlings seen: consumer-bound %d, client-bound %d; want 1, 0", len(consumerBound.handled), len(clientBound.handled))
+	}
+	consumerBound.mu.Unlock()
+	if len(onConsumer.bound) != 1 || len(onConsumer.bound[0].handled) != 1 {
+		t.Errorf("the consumer's own binder: %d bound, want 1 that saw the handling", len(onConsumer.bound))
+	}
+	if len(skipping.bound) != 1 { // the client's only: nil for the consumer
+		t.Errorf("skipping binder bound %d hooks, want 1", len(skipping.bound))
 	}
 }
