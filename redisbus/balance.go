@@ -202,6 +202,7 @@ func (p *partitioned) release(part int) {
 	s.mu.Unlock()
 	if !lost {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), p.ttl/4)
+		s.record(ctx, l)
 		_ = releaseScript.Run(ctx, s.c.rdb, []string{l.lease}, l.token).Err()
 		cancel()
 	}

@@ -2,8 +2,12 @@ package redisbus_test
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/transporttest"
@@ -32,7 +36,35 @@ func harness(rawURL string, lanes int) transporttest.Harness {
 		},
 		Lanes:       lanes,
 		AckDeadline: claimIdle,
+		DeleteGroup: func(ctx context.Context, t testing.TB, topic, group string) {
+			deleteGroup(ctx, t, rawURL, topic, group)
+		},
 	}
+}
+
+// deleteGroup destroys group on every stream of topic (XGROUP DESTROY),
+// as an operator would, leaving the entries in place.
+func deleteGroup(ctx context.Context, t testing.TB, rawURL, topic, group string) {
+	t.Helper()
+	rdb := raw(t, rawURL)
+	parts, err := rdb.Get(ctx, topic+":partitions").Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("layout of %q: %v", topic, err)
+	}
+	streams := []string{topic}
+	if parts > 0 {
+		streams = streams[:0]
+		for p := range parts {
+			streams = append(streams, topic+":"+strconv.Itoa(p))
+		}
+	}
+	for _, st := range streams {
+		n, err := rdb.XGroupDestroy(ctx, st, group).Result()
+		if err != nil || n != 1 {
+			t.Fatalf("XGROUP DESTROY %s %s: %d, %v", st, group, n, err)
+		}
+	}
+	t.Logf("destroyed group %q on %v", group, streams)
 }
 
 func TestConformance(t *testing.T) {

@@ -34,6 +34,7 @@ func (s *sub) keepLoop() {
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, every)
 		s.touch(ctx, 0)
+		s.record(ctx, s.lane(unorderedLane))
 		if err := s.heartbeat(ctx, s.c.cfg.claimIdle); err != nil && s.ctx.Err() == nil {
 			s.c.log.Warn("heartbeat failed", "topic", s.topic, "group", s.group, "err", err)
 		}

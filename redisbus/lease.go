@@ -97,6 +97,13 @@ func (p *partitioned) refresh() {
 	if lost {
 		driver.Notify(p.wakeup)
 	}
+	ctx, cancel = context.WithTimeout(p.ctx, p.ttl/4)
+	defer cancel()
+	for _, l := range lanes {
+		if !l.gone.Load() {
+			s.record(ctx, l)
+		}
+	}
 }
 
 func (p *partitioned) watchdogLoop() {

@@ -105,6 +105,7 @@ func (p *partitioned) leave(ctx context.Context) {
 	clear(s.lanes)
 	s.mu.Unlock()
 	for _, l := range held {
+		s.record(ctx, l)
 		_ = releaseScript.Run(ctx, s.c.rdb, []string{l.lease}, l.token).Err()
 	}
 }

@@ -96,6 +96,8 @@ func (s *sub) readNew(n int) ([]*driver.Delivery, error) {
 	switch {
 	case isNil(err):
 		return nil, nil
+	case isNoGroup(err) && s.ctx.Err() == nil:
+		return nil, s.rejoin([]*lane{l}, err)
 	case err != nil:
 		return nil, s.readErr(l.stream, err)
 	}
@@ -141,6 +143,9 @@ func (s *sub) lane(id string) *lane {
 func (s *sub) claimIdle(cursor string, n int) ([]*driver.Delivery, string, error) {
 	l := s.lane(unorderedLane)
 	ds, next, ok, err := s.claim(l, cursor, n, s.c.cfg.claimIdle, false)
+	if isNoGroup(err) && s.ctx.Err() == nil {
+		return nil, "0-0", s.rejoin([]*lane{l}, err)
+	}
 	if err == nil && !ok {
 		err = fmt.Errorf("redisbus: claim on stream %q: no reply", l.stream)
 	}
@@ -230,6 +235,9 @@ func (s *sub) readPartitions(n int) ([]*driver.Delivery, error) {
 			continue
 		}
 		ds, next, ok, err := s.claim(l, l.cursor, n, 0, true)
+		if isNoGroup(err) && s.ctx.Err() == nil {
+			return nil, s.rejoin(lanes, err)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -253,6 +261,9 @@ func (s *sub) readPartitions(n int) ([]*driver.Delivery, error) {
 		args = append(args, l.token)
 	}
 	v, err := readScript.Run(s.ctx, s.rd, keys, args...).Slice()
+	if isNoGroup(err) && s.ctx.Err() == nil {
+		return nil, s.rejoin(lanes, err)
+	}
 	if err != nil {
 		// The reply may be lost after the server read: what it read is
 		// pending for the member, after each lane's last entry. Take it

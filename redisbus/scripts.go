@@ -239,3 +239,53 @@ var countScript = redis.NewScript(`
 local t = redis.call('TIME')
 return redis.call('ZCOUNT', KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), '+inf')
 `)
+
+// joinScript creates group ARGV[1] on stream KEYS[1] (and the stream)
+// where it does not exist: at the position recorded for it in the hash
+// KEYS[2] (field ARGV[2]), else at ARGV[3]. It returns 1 when it created
+// the group, 0 when the group existed.
+var joinScript = redis.NewScript(`
+local at = redis.call('HGET', KEYS[2], ARGV[2]) or ARGV[3]
+local r = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], at, 'MKSTREAM')
+if type(r) == 'table' and r.err then
+  if string.sub(r.err, 1, 9) == 'BUSYGROUP' then return 0 end
+  return r
+end
+return 1
+`)
+
+// recordScript records in the hash KEYS[2] (field ARGV[2]) where group
+// ARGV[1] resumes on stream KEYS[1]: the ID before its lowest pending
+// entry, or the last entry it read when none is pending. The record only
+// rises. It returns the record, or nil when the group does not exist.
+var recordScript = redis.NewScript(`
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local last = nil
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
+if not ok then return false end
+for _, g in ipairs(groups) do
+  local name, id
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then id = g[i + 1] end
+  end
+  if name == ARGV[1] then last = id end
+end
+if not last then return false end
+local at = last
+local p = redis.call('XPENDING', KEYS[1], ARGV[1])
+if p[1] > 0 then
+  local ms, seq = parse(p[2])
+  if seq > 0 then at = string.format('%d-%d', ms, seq - 1) elseif ms > 0 then at = string.format('%d-18446744073709551615', ms - 1) else at = '0-0' end
+end
+local old = redis.call('HGET', KEYS[2], ARGV[2])
+if old then
+  local om, os = parse(old)
+  local am, as = parse(at)
+  if am < om or (am == om and as <= os) then return old end
+end
+redis.call('HSET', KEYS[2], ARGV[2], at)
+return at
+`)

@@ -43,10 +43,16 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		opts.MaxInFlight = 256
 	}
 	s := newSub(c, topic, parts, opts)
-	for _, stream := range s.streams() {
-		if err := c.createGroup(ctx, stream, opts.Group, opts.StartAt); err != nil {
+	start := "$"
+	if opts.StartAt == driver.StartEarliest {
+		start = "0"
+	}
+	for p, stream := range s.streams() {
+		l := &lane{id: laneID(p), stream: stream}
+		if err := c.join(ctx, topic, stream, s.field(l), opts.Group, start); err != nil {
 			return fail(err)
 		}
+		s.record(ctx, l)
 	}
 	if err := c.addSub(s); err != nil {
 		return fail(err)
@@ -76,20 +82,6 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 	s.wg.Add(1)
 	go s.readLoop()
 	return s, nil
-}
-
-// createGroup creates group on stream (and the stream, empty, if it does
-// not exist); a group that exists is left as it is.
-func (c *conn) createGroup(ctx context.Context, stream, group string, at driver.StartAt) error {
-	start := "$"
-	if at == driver.StartEarliest {
-		start = "0"
-	}
-	err := c.rdb.XGroupCreateMkStream(ctx, stream, group, start).Err()
-	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
-		return fmt.Errorf("create group on stream %q: %w", stream, classify(err))
-	}
-	return nil
 }
 
 // sub is one group member: a consumer of the group on each stream it
@@ -239,6 +231,7 @@ func (s *sub) Close() error {
 			s.part.leave(ctx)
 		} else {
 			s.handBack(ctx)
+			s.record(ctx, s.lane(unorderedLane))
 		}
 		_ = s.heartbeat(ctx, 0)
 		for _, stream := range s.streams() {
@@ -255,15 +248,16 @@ func (s *sub) Close() error {
 // destroyGroup removes group from topic's streams, with its keys.
 func (c *conn) destroyGroup(ctx context.Context, topic string, parts int, group string) {
 	keys := []string{membersKey(topic, group), fenceKey(topic, group)}
-	if parts == 0 {
-		_ = c.rdb.XGroupDestroy(ctx, topic, group).Err()
-	}
-	for p := range parts {
-		stream := streamKey(topic, p)
+	var fields []string
+	for p, stream := range streamsOf(topic, parts) {
 		_ = c.rdb.XGroupDestroy(ctx, stream, group).Err()
-		keys = append(keys, leaseKey(stream, group))
+		fields = append(fields, positionField(group, laneID(p), parts > 0))
+		if parts > 0 {
+			keys = append(keys, leaseKey(stream, group))
+		}
 	}
 	_ = c.rdb.Del(ctx, keys...).Err()
+	_ = c.rdb.HDel(ctx, positionsKey(topic), fields...).Err()
 }
 
 func (c *conn) joinEphemeral(topic, group string) {
@@ -297,3 +291,6 @@ var errClosed = fmt.Errorf("redisbus: subscriber closed: %w", driver.ErrClosed)
 
 // isNil reports whether err is go-redis's nil reply.
 func isNil(err error) bool { return errors.Is(err, redis.Nil) }
+
+// isNoGroup reports whether err says the group does not exist.
+func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
