@@ -1,0 +1,220 @@
+package redisbus
+
+// Balancing: the balancer goroutine renews the member's heartbeat, takes
+// free lanes up to the member's fair share and gives up one above it,
+// KCL-style: claim (the lease, Lanes.Claimed, then the reader takes the
+// lane over) and release (Lanes.Revoked, then the lease goes). sub.mu
+// guards the lanes; no Lanes call is made with it held.
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+func (p *partitioned) balanceLoop() {
+	defer p.wg.Done()
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	for round := 1; p.ctx.Err() == nil; round++ {
+		if p.balance() {
+			continue // gave one up above the fair share: the next at once
+		}
+		if round%(reapEvery*4) == 0 {
+			ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
+			p.s.c.reap(ctx, p.s.topic, p.s.group, p.s.consumer)
+			cancel()
+		}
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		case <-p.wakeup:
+		}
+	}
+}
+
+// balance takes free lanes up to the member's fair share and gives up
+// one above it: with n live members and N lanes, a member holds at most
+// ceil(N/n); while another member holds fewer than floor(N/n), members at
+// floor(N/n) or more take no free lane, and when none is free, the most
+// loaded member (the lowest ID among equals) gives one up. It reports
+// whether it gave one up above ceil(N/n), so the caller goes on at once.
+func (p *partitioned) balance() (again bool) {
+	s := p.s
+	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
+	members, owners, err := p.view(ctx)
+	cancel()
+	if err != nil {
+		if p.ctx.Err() == nil {
+			s.c.log.Warn("reading the group's leases failed", "topic", s.topic, "group", s.group, "err", err)
+		}
+		return false
+	}
+	s.mu.Lock()
+	mine := map[int]bool{}
+	for _, l := range s.lanes {
+		if !l.lost {
+			mine[l.part] = true
+		}
+	}
+	s.mu.Unlock()
+	counts := map[string]int{s.consumer: 0}
+	for _, m := range members {
+		counts[m] = 0
+	}
+	var free, held []int
+	for part, v := range owners {
+		owner := ownerOf(v)
+		switch {
+		case mine[part]:
+			held = append(held, part)
+			counts[s.consumer]++
+		case owner == s.consumer:
+			// Given up or lost, its deletion or expiry not seen yet: not
+			// free for this member until it is.
+		case owner == "":
+			free = append(free, part)
+		default:
+			counts[owner]++
+		}
+	}
+	n := len(counts)
+	floor, ceil := s.parts/n, (s.parts+n-1)/n
+	have := len(held)
+	needy := false // another member holds fewer than its floor
+	for id, c := range counts {
+		if id != s.consumer && c < floor {
+			needy = true
+		}
+	}
+	switch {
+	case have > ceil:
+		p.release(held[len(held)-1])
+		return true
+	case len(free) > 0:
+		limit := ceil
+		if needy {
+			limit = floor
+		}
+		rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+		for _, part := range free[:max(0, min(len(free), limit-have))] {
+			p.claim(part)
+		}
+	case needy && have > floor:
+		giver := s.consumer
+		for id, c := range counts {
+			if c > counts[giver] || (c == counts[giver] && id < giver) {
+				giver = id
+			}
+		}
+		if giver == s.consumer {
+			p.release(held[len(held)-1])
+		}
+	}
+	return false
+}
+
+// ownerOf is the member ID in a lease's value ("<member>/<token>").
+func ownerOf(v string) string {
+	for i := len(v) - 1; i >= 0; i-- {
+		if v[i] == '/' {
+			return v[:i]
+		}
+	}
+	return v
+}
+
+// claim takes lane part when its lease is free: it writes the lease with
+// a new fencing token, tells the engine, and hands the lane to the
+// reader, which first takes over what the previous owners left pending.
+func (p *partitioned) claim(part int) {
+	s := p.s
+	stream := streamKey(s.topic, part)
+	l := &lane{id: laneID(part), part: part, stream: stream, lease: leaseKey(stream, s.group), cursor: "0-0"}
+	l.off.Store(true)
+	begin := time.Now()
+	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
+	token, err := acquireScript.Run(ctx, s.c.rdb, []string{l.lease, fenceKey(s.topic, s.group)}, s.consumer, p.ttl.Milliseconds()).Text()
+	cancel()
+	if err != nil {
+		if !isNil(err) {
+			// The server may have written it (a timeout, or Close
+			// cancelled the request): free it if so.
+			p.free(l.lease)
+		}
+		return // taken meanwhile, or a failure: the next round looks again
+	}
+	l.token = token
+	s.mu.Lock()
+	p.extendLocked(l, begin)
+	s.lanes[l.id] = l
+	s.mu.Unlock()
+	driver.Notify(p.check)
+	s.opts.Lanes.Claimed([]string{l.id})
+	// The watchdog reports only lanes the engine was told about: one lost
+	// meanwhile is reported here.
+	s.mu.Lock()
+	l.claimed = true
+	lost := l.lost
+	if lost {
+		delete(s.lanes, l.id)
+	} else {
+		l.off.Store(false)
+	}
+	s.mu.Unlock()
+	if lost {
+		p.reportLost([]*lane{l})
+		return
+	}
+	driver.Notify(s.kick)
+	s.unblock()
+}
+
+// release gives lane part up: the lane stops delivering, the engine
+// drains and acknowledges it (Revoked), and the lease is deleted so
+// another member can take the lane; what the engine did not acknowledge
+// stays pending, for the next owner. Should the lease run out meanwhile,
+// the watchdog cuts the drain short.
+func (p *partitioned) release(part int) {
+	s := p.s
+	ctx, cancel := context.WithCancel(p.ctx)
+	defer cancel()
+	id := laneID(part)
+	s.mu.Lock()
+	l := s.lanes[id]
+	if l == nil || !l.claimed || l.lost {
+		s.mu.Unlock()
+		return
+	}
+	l.releasing, l.revoke = true, cancel
+	l.off.Store(true)
+	s.mu.Unlock()
+	driver.Notify(s.wake)
+	s.opts.Lanes.Revoked(ctx, []string{id})
+	s.mu.Lock()
+	l.revoke = nil
+	l.gone.Store(true)
+	delete(s.lanes, id)
+	lost := l.lost
+	s.mu.Unlock()
+	if !lost {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), p.ttl/4)
+		s.record(ctx, l)
+		_ = releaseScript.Run(ctx, s.c.rdb, []string{l.lease}, l.token).Err()
+		cancel()
+	}
+}
+
+// free deletes the lease key if it holds this member's ID under any
+// token: a claim whose outcome is unknown must not outlive it.
+func (p *partitioned) free(key string) {
+	s := p.s
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), p.ttl/4)
+	defer cancel()
+	if v, err := s.c.rdb.Get(ctx, key).Result(); err == nil && ownerOf(v) == s.consumer {
+		_ = releaseScript.Run(ctx, s.c.rdb, []string{key}, v).Err()
+	}
+}

@@ -1,0 +1,80 @@
+package redisbus_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
+)
+
+// claimIdle is the claim_idle of the suite's URLs: short, so that
+// handlers and queues outlast it.
+const claimIdle = time.Second
+
+// suiteParams are the URL parameters of every conformance run: a short
+// claim_idle, and a size limit that keeps the suite's oversized message
+// small (the server's own limit, 512 MiB, would be allocated whole).
+const suiteParams = "claim_idle=1s&max_message_bytes=4194304"
+
+// partitionedParams make the partitioned mode's leases react in test time.
+const partitionedParams = "partitions=4&lease_ttl=2s&rebalance_interval=100ms"
+
+func harness(rawURL string, lanes int) transporttest.Harness {
+	return transporttest.Harness{
+		Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
+			c, err := omnibus.Open(ctx, rawURL)
+			if err != nil {
+				t.Fatalf("Open(%q): %v", rawURL, err)
+			}
+			return c
+		},
+		Lanes:       lanes,
+		AckDeadline: claimIdle,
+		DeleteGroup: func(ctx context.Context, t testing.TB, topic, group string) {
+			deleteGroup(ctx, t, rawURL, topic, group)
+		},
+	}
+}
+
+// deleteGroup destroys group on every stream of topic (XGROUP DESTROY),
+// as an operator would, leaving the entries in place.
+func deleteGroup(ctx context.Context, t testing.TB, rawURL, topic, group string) {
+	t.Helper()
+	rdb := raw(t, rawURL)
+	parts, err := rdb.Get(ctx, topic+":partitions").Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("layout of %q: %v", topic, err)
+	}
+	streams := []string{topic}
+	if parts > 0 {
+		streams = streams[:0]
+		for p := range parts {
+			streams = append(streams, topic+":"+strconv.Itoa(p))
+		}
+	}
+	for _, st := range streams {
+		n, err := rdb.XGroupDestroy(ctx, st, group).Result()
+		if err != nil || n != 1 {
+			t.Fatalf("XGROUP DESTROY %s %s: %d, %v", st, group, n, err)
+		}
+	}
+	t.Logf("destroyed group %q on %v", group, streams)
+}
+
+func TestConformance(t *testing.T) {
+	u := serverURL(t)
+	cleanupSuite(t, u)
+	transporttest.Run(t, harness(with(u, suiteParams), 1))
+}
+
+func TestConformancePartitioned(t *testing.T) {
+	u := serverURL(t)
+	cleanupSuite(t, u)
+	transporttest.Run(t, harness(with(u, suiteParams, partitionedParams), 4))
+}

@@ -1,0 +1,123 @@
+package redisbus
+
+// Receive and acknowledgements: Receive asks the reader for a read and
+// hands out what fits in the engine's room, keeping the rest (its
+// carry) first in line; Ack acknowledges with XACK, or, partitioned,
+// with a script that checks the lease the entries were read under.
+// Receive runs on the engine's fetch goroutine; Ack on its settle loop.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// ackBatch bounds the IDs of one XACK.
+const ackBatch = 1000
+
+// Receive implements driver.Subscriber. It returns early, with nothing,
+// when a lane is revoked or lost, and never returns deliveries of a
+// lane that went.
+func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
+	if len(s.carry) == 0 {
+		if !s.asked {
+			s.want <- max(room.Count, 1) // the reader took the last request: room for one
+			s.asked = true
+		}
+		select {
+		case r := <-s.results:
+			s.asked = false
+			if r.err != nil {
+				return nil, r.err
+			}
+			s.carry = r.ds
+		case <-s.wake:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.ctx.Done():
+			return nil, errClosed
+		}
+	}
+	n, bytes := 0, 0
+	var out []*driver.Delivery
+	for n < len(s.carry) {
+		d := s.carry[n]
+		if l := d.Token.(*lane); l.off.Load() {
+			n++ // the lane went: its next owner reads it again
+			continue
+		}
+		size := d.Size()
+		if !room.Fits(len(out), bytes, size) {
+			break
+		}
+		out = append(out, d)
+		bytes += size
+		n++
+	}
+	s.carry = s.carry[n:]
+	if len(s.carry) == 0 {
+		s.carry = nil
+	}
+	return out, nil
+}
+
+// Ack implements driver.Acker: XACK per stream, pipelined. Partitioned,
+// each lane's entries are acknowledged only while the lane's lease holds
+// the fencing token they were read under (ackScript); a lane whose lease
+// went is reported lost, and its entries stay pending for the next owner.
+func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
+	byLane := map[*lane][]string{}
+	for _, d := range ds {
+		l := d.Token.(*lane)
+		if !l.gone.Load() {
+			byLane[l] = append(byLane[l], d.Position)
+		}
+	}
+	var errs []error
+	fail := func(l *lane, err error) {
+		errs = append(errs, fmt.Errorf("redisbus: ack on stream %q group %q: %w", l.stream, s.group, err))
+	}
+	if s.parts > 0 {
+		for l, ids := range byLane {
+			for batch := range slices.Chunk(ids, ackBatch) {
+				args := []any{s.group, l.token}
+				for _, id := range batch {
+					args = append(args, id)
+				}
+				n, err := ackScript.Run(ctx, s.c.rdb, []string{l.stream, l.lease}, args...).Int64()
+				switch {
+				case err != nil:
+					fail(l, classify(err))
+				case n < 0:
+					s.part.fenced(l)
+					fail(l, fmt.Errorf("the lease of lane %s is no longer this member's", l.id))
+				}
+			}
+		}
+		return errors.Join(errs...)
+	}
+	pipe := s.c.rdb.Pipeline()
+	var cmds []*redis.IntCmd
+	for l, ids := range byLane {
+		for batch := range slices.Chunk(ids, ackBatch) {
+			cmds = append(cmds, pipe.XAck(ctx, l.stream, s.group, batch...))
+		}
+	}
+	if len(cmds) > 0 {
+		_, _ = pipe.Exec(ctx)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			fail(s.lane(unorderedLane), classify(err))
+			break
+		}
+	}
+	s.unhold(ds)
+	return errors.Join(errs...)
+}

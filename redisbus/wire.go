@@ -1,0 +1,67 @@
+package redisbus
+
+// The wire: a message as the fields of a stream entry, and back. The
+// fields follow the CloudEvents binary content mode as the Kafka
+// protocol binding spells it (driver.KafkaBinding: ce_id, ce_type, ...,
+// content-type), with the body in the field "data". It runs on the
+// caller's goroutine and keeps no state.
+
+import (
+	"fmt"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// bodyField is the field that holds a message's body.
+const bodyField = "data"
+
+var binding = driver.KafkaBinding
+
+// checkHeaders refuses the header names a message cannot carry: the
+// binding's own (ce_*, content-type) and the body's field.
+func checkHeaders(m *driver.Message) error {
+	for k := range m.Headers {
+		if driver.ReservedHeader(k) || k == bodyField {
+			return fmt.Errorf("header %q: the name belongs to the wire format (ce_*, content-type, %s): %w", k, bodyField, driver.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// encode returns the XADD field-value arguments of m, body last.
+func encode(m *driver.Message) []any {
+	args := make([]any, 0, 2*(len(m.Headers)+6)+2)
+	binding.Encode(m, func(name, value string) { args = append(args, name, value) })
+	return append(args, bodyField, m.Body)
+}
+
+// decode makes a delivery of the entry id of lane l. A field other than
+// the body and the binding's is a header; an entry without ce_id (written
+// by another client) takes the entry ID as its message ID.
+func decode(l *lane, id string, fields map[string]any, attempt int) *driver.Delivery {
+	d := &driver.Delivery{Lane: l.id, Position: id, Attempt: attempt, Token: l}
+	for k, v := range fields {
+		s, _ := v.(string)
+		if k == bodyField {
+			d.Body = []byte(s)
+			continue
+		}
+		binding.Decode(&d.Message, k, s)
+	}
+	if d.ID == "" {
+		d.ID = id
+	}
+	return d
+}
+
+// decodePairs is decode for an entry's fields as a flat list (a
+// script's reply).
+func decodePairs(l *lane, id string, pairs []any, attempt int) *driver.Delivery {
+	fields := make(map[string]any, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if k, ok := pairs[i].(string); ok {
+			fields[k] = pairs[i+1]
+		}
+	}
+	return decode(l, id, fields, attempt)
+}
