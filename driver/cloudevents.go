@@ -136,6 +136,14 @@ func (b *Binding) Decode(m *Message, name, value string) {
 	setAttribute(m, attr, value)
 }
 
+// SetAttribute sets what the CloudEvents attribute name carries in m, as
+// [DecodeStructured] does for each attribute of a JSON event: a field
+// (id, type, source, time, datacontenttype, partitionkey), nothing
+// (specversion), or the header of its name; a name that is no attribute
+// name is dropped. Transports that read the JSON event format themselves
+// use it.
+func SetAttribute(m *Message, name, value string) { setAttribute(m, name, value) }
+
 // setAttribute sets what the attribute attr (a lowercase name) carries in
 // m: a field, or the header of its name. A name that is no attribute name
 // is dropped.

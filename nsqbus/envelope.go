@@ -1,0 +1,338 @@
+package nsqbus
+
+// Messages on the wire: NSQ carries a body and nothing else, so a
+// message travels as a CloudEvent in the JSON event format (structured
+// content mode). Encoding and decoding are written out by hand: they run
+// once per message, and encoding/json's reflection and its map of raw
+// members cost more than the rest of a consume. Pure functions, safe for
+// concurrent use.
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// ContentTypeCloudEvents is the content type of the envelope (NSQ has no
+// field for it; it is what a reader of the topic finds in every body).
+const ContentTypeCloudEvents = "application/cloudevents+json"
+
+// headersAttr is the extension attribute carrying the headers whose
+// names cannot be attributes ("trace-id", "X-Request-Id"), as a JSON
+// object in a string: a JSON event's members are attributes, and a
+// CloudEvents reader refuses an event with a member named otherwise.
+const headersAttr = "omnibusheaders"
+
+// encode appends m as a JSON event to dst: specversion, id, source,
+// type, time, partitionkey (the key), datacontenttype, one extension per
+// header named as an attribute, headersAttr for the others, and the body
+// as data when it is JSON of a JSON content type, else as data_base64.
+func encode(dst []byte, m *driver.Message) []byte {
+	dst = append(dst, `{"specversion":"1.0","id":`...)
+	dst = appendString(dst, m.ID)
+	for _, a := range [...]struct{ name, value string }{
+		{`,"source":`, m.Source}, {`,"type":`, m.Type}, {`,"partitionkey":`, m.Key}, {`,"datacontenttype":`, m.ContentType},
+	} {
+		if a.value != "" {
+			dst = append(dst, a.name...)
+			dst = appendString(dst, a.value)
+		}
+	}
+	if !m.Time.IsZero() {
+		dst = append(dst, `,"time":"`...)
+		dst = m.Time.UTC().AppendFormat(dst, time.RFC3339Nano)
+		dst = append(dst, '"')
+	}
+	var other map[string]string
+	for k, v := range m.Headers {
+		if driver.IsExtension(k) && k != headersAttr {
+			dst = append(dst, ',')
+			dst = appendString(dst, k)
+			dst = append(dst, ':')
+			dst = appendString(dst, v)
+			continue
+		}
+		if other == nil {
+			other = make(map[string]string)
+		}
+		other[k] = v
+	}
+	if other != nil {
+		raw, _ := json.Marshal(other) // a map of strings always marshals
+		dst = append(dst, `,"`+headersAttr+`":`...)
+		dst = appendString(dst, string(raw))
+	}
+	switch {
+	case len(m.Body) == 0:
+	case jsonType(m.ContentType) && json.Valid(m.Body):
+		dst = append(dst, `,"data":`...)
+		dst = append(dst, m.Body...)
+	default:
+		dst = append(dst, `,"data_base64":"`...)
+		dst = base64.StdEncoding.AppendEncode(dst, m.Body)
+		dst = append(dst, '"')
+	}
+	return append(dst, '}')
+}
+
+// appendString appends s as a JSON string. A string with nothing to
+// escape, the usual case, is copied as it is.
+func appendString(dst []byte, s string) []byte {
+	high := false
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			return appendMarshaled(dst, s)
+		} else if c >= utf8.RuneSelf {
+			high = true
+		}
+	}
+	if high && !utf8.ValidString(s) {
+		return appendMarshaled(dst, s) // invalid UTF-8 becomes U+FFFD, as JSON needs
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
+
+func appendMarshaled(dst []byte, s string) []byte {
+	raw, _ := json.Marshal(s) // a string always marshals
+	return append(dst, raw...)
+}
+
+// jsonType reports whether a media type is JSON (application/json,
+// text/json or a +json suffix).
+func jsonType(contentType string) bool {
+	mt, _, _ := strings.Cut(strings.ToLower(contentType), ";")
+	mt = strings.TrimSpace(mt)
+	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
+}
+
+// member is one member of a JSON object as the scanner found it.
+type member struct {
+	key   []byte // unquoted when it had no escapes, else the raw token
+	value []byte // the raw token
+	kind  byte   // '"' string, '{' structure (object or array), 'l' literal (number, true, false, null)
+	kesc  bool   // the key holds escapes
+	esc   bool   // the value, a string, holds escapes
+}
+
+// decode takes body into m when it is a JSON event of specversion 1.0,
+// as driver.DecodeStructured reads one: attributes set the fields and
+// the headers, headersAttr the other headers, data or data_base64 the
+// body. It reports false, leaving m as it was, for any other body: a
+// producer that does not speak CloudEvents.
+func decode(body []byte, m *driver.Message) bool {
+	var buf [16]member
+	members, ok := scanObject(body, buf[:0])
+	if !ok {
+		return false
+	}
+	version := false
+	for _, mb := range members {
+		if string(mb.key) == "specversion" && mb.kind == '"' && string(mb.value) == `"1.0"` {
+			version = true
+		}
+	}
+	if !version {
+		return false
+	}
+	out := driver.Message{}
+	var data *member
+	for i := range members {
+		mb := &members[i]
+		key := string(mb.key)
+		if mb.kesc {
+			var k string
+			if json.Unmarshal(mb.key, &k) != nil {
+				return false
+			}
+			key = k
+		}
+		switch {
+		case key == "data" || key == "data_base64":
+			data = mb
+			data.key = []byte(key)
+		case mb.kind == '"':
+			v, ok := unquote(mb)
+			if !ok {
+				return false
+			}
+			if key == headersAttr {
+				var hs map[string]string
+				if json.Unmarshal([]byte(v), &hs) == nil {
+					for k, hv := range hs {
+						if out.Headers == nil {
+							out.Headers = make(map[string]string, len(hs))
+						}
+						out.Headers[k] = hv
+					}
+				}
+				continue
+			}
+			driver.SetAttribute(&out, key, v)
+		case mb.kind == 'l' && string(mb.value) != "null":
+			driver.SetAttribute(&out, key, string(mb.value)) // booleans and integers in their canonical form
+		}
+	}
+	if data != nil {
+		switch {
+		case string(data.key) == "data_base64":
+			if data.kind != '"' || data.esc {
+				return false
+			}
+			raw := data.value[1 : len(data.value)-1]
+			b := make([]byte, base64.StdEncoding.DecodedLen(len(raw)))
+			n, err := base64.StdEncoding.Decode(b, raw)
+			if err != nil {
+				return false
+			}
+			out.Body = b[:n]
+		default:
+			if out.ContentType == "" {
+				out.ContentType = "application/json"
+			}
+			if data.kind == '"' && !jsonType(out.ContentType) {
+				v, ok := unquote(data)
+				if !ok {
+					return false
+				}
+				out.Body = []byte(v)
+			} else {
+				out.Body = data.value
+			}
+		}
+	}
+	*m = out
+	return true
+}
+
+// unquote returns the text of a string member's value.
+func unquote(mb *member) (string, bool) {
+	if !mb.esc {
+		return string(mb.value[1 : len(mb.value)-1]), true
+	}
+	var s string
+	if json.Unmarshal(mb.value, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// scanObject splits a JSON object into its members, appended to dst,
+// without decoding them. It checks the structure it needs, not every
+// rule of JSON: values it hands on are decoded (and so checked) by their
+// readers.
+func scanObject(b []byte, dst []member) ([]member, bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return dst, skipSpace(b, i+1) == len(b)
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return nil, false
+		}
+		end, esc, ok := scanString(b, i)
+		if !ok {
+			return nil, false
+		}
+		mb := member{key: b[i+1 : end-1], kesc: esc}
+		if esc {
+			mb.key = b[i:end]
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
+		if i >= len(b) {
+			return nil, false
+		}
+		start := i
+		switch b[i] {
+		case '"':
+			end, esc, ok = scanString(b, i)
+			mb.kind, mb.esc = '"', esc
+		case '{', '[':
+			end, ok = scanStructure(b, i)
+			mb.kind = '{'
+		default:
+			end = i
+			for end < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[end])) {
+				end++
+			}
+			ok = end > i
+			mb.kind = 'l'
+		}
+		if !ok {
+			return nil, false
+		}
+		mb.value = b[start:end]
+		dst = append(dst, mb)
+		i = skipSpace(b, end)
+		if i >= len(b) {
+			return nil, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case '}':
+			return dst, skipSpace(b, i+1) == len(b)
+		default:
+			return nil, false
+		}
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanString returns the index after the string starting at b[i] (a
+// quote), and whether it holds escapes.
+func scanString(b []byte, i int) (end int, esc, ok bool) {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			esc = true
+			j++
+		case '"':
+			return j + 1, esc, true
+		}
+	}
+	return 0, false, false
+}
+
+// scanStructure returns the index after the object or array starting at
+// b[i].
+func scanStructure(b []byte, i int) (int, bool) {
+	depth := 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			end, _, ok := scanString(b, j)
+			if !ok {
+				return 0, false
+			}
+			j = end - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return j + 1, true
+			}
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,227 @@
+package nsqbus
+
+// Subscribing: a group member (sub) is a go-nsq Consumer of the group's
+// channel; its handler moves messages into the member's buffer, and
+// Receive hands the buffer to the engine's fetch loop. Close stops the
+// consumer and hands back what the member holds. sub.mu guards the
+// buffer and the held set.
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/nsqio/go-nsq"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// lane is the one lane of a channel: NSQ has no order to keep.
+const lane = "0"
+
+// maxRdy is nsqd's default --max-rdy-count, the most messages a
+// consumer can have in flight per connection.
+const maxRdy = 2500
+
+// sub is one group member.
+//
+// Goroutines: go-nsq's (its handler goroutine calls HandleMessage, its
+// connections' read and write loops send FIN, REQ and TOUCH), and the
+// keeper (TOUCH for what the member holds). Close ends them all.
+type sub struct {
+	c       *conn
+	topic   string // the omnibus topic
+	nsqTop  string // its NSQ topic
+	channel string
+	cb      driver.Lanes
+	cons    *nsq.Consumer
+
+	mu     sync.Mutex
+	buf    []*driver.Delivery
+	held   map[*nsq.Message]time.Time // received and not answered: when last received or touched
+	closed bool
+	wake   chan struct{}
+
+	stop      chan struct{} // closed by Close: ends the keeper
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var (
+	_ driver.Acker     = (*sub)(nil)
+	_ driver.Nacker    = (*sub)(nil)
+	_ driver.LagReader = (*sub)(nil)
+)
+
+// Subscribe implements driver.Conn. It creates the group's channel on
+// every nsqd that holds the topic (lookup mode: every nsqd when none
+// does yet) before it connects, so that a message published after
+// Subscribe returns reaches the group.
+func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.SubscribeOptions) (driver.Subscriber, error) {
+	if err := c.checkOpen("subscribe", topic); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (driver.Subscriber, error) {
+		return nil, fmt.Errorf("nsqbus: subscribe %q group %q: %w", topic, opts.Group, err)
+	}
+	if opts.StartAt == driver.StartEarliest {
+		return fail(fmt.Errorf("a new channel cannot start from the earliest message: %w", driver.ErrUnsupported))
+	}
+	nsqTop, err := topicName(topic)
+	if err != nil {
+		return fail(err)
+	}
+	channel, err := channelName(opts.Group, opts.Ephemeral)
+	if err != nil {
+		return fail(err)
+	}
+	nodes, err := c.nodes(ctx, nsqTop)
+	if err == nil && len(nodes) == 0 {
+		nodes, err = c.nodes(ctx, "")
+	}
+	if err != nil {
+		return fail(err)
+	}
+	for _, n := range nodes {
+		q := url.Values{"topic": {nsqTop}}
+		err := c.post(ctx, n.http, "/topic/create", q)
+		if err == nil {
+			q.Set("channel", channel)
+			err = c.post(ctx, n.http, "/channel/create", q)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("create the channel on nsqd %s: %w", n.http, err))
+		}
+	}
+	cfg := c.nsqConfig()
+	cfg.MaxInFlight = min(max(opts.MaxInFlight, 1), maxRdy)
+	cons, err := nsq.NewConsumer(nsqTop, channel, cfg)
+	if err != nil {
+		return fail(fmt.Errorf("%v: %w", err, driver.ErrInvalid))
+	}
+	cons.SetLogger(c.nsqLogger(), nsq.LogLevelWarning)
+	s := &sub{
+		c: c, topic: topic, nsqTop: nsqTop, channel: channel, cb: opts.Lanes, cons: cons,
+		held: map[*nsq.Message]time.Time{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	cons.AddHandler(s)
+	if !c.subs.Add(s) {
+		cons.Stop()
+		return fail(driver.ErrClosed)
+	}
+	if c.cfg.lookup {
+		err = cons.ConnectToNSQLookupds(c.cfg.hosts)
+	} else {
+		tcp := make([]string, len(nodes))
+		for i, n := range nodes {
+			tcp[i] = n.tcp
+		}
+		err = cons.ConnectToNSQDs(tcp)
+	}
+	if err != nil {
+		_ = s.Close()
+		return fail(c.clientError(err))
+	}
+	opts.Lanes.Claimed([]string{lane})
+	s.wg.Add(1)
+	go s.keep()
+	return s, nil
+}
+
+// HandleMessage implements go-nsq's Handler, on go-nsq's handler
+// goroutine: it decodes the message into a delivery and buffers it.
+func (s *sub) HandleMessage(m *nsq.Message) error {
+	m.DisableAutoResponse()
+	d := &driver.Delivery{Lane: lane, Position: string(m.ID[:]), Attempt: int(m.Attempts), Token: m}
+	if !decode(m.Body, &d.Message) {
+		// Not a CloudEvent: a producer other than omnibus.
+		d.Message = driver.Message{ID: string(m.ID[:]), Time: time.Unix(0, m.Timestamp), Body: m.Body}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		m.RequeueWithoutBackoff(0)
+		return nil
+	}
+	s.held[m] = time.Now()
+	s.buf = append(s.buf, d)
+	s.mu.Unlock()
+	driver.Notify(s.wake)
+	return nil
+}
+
+// Receive implements driver.Subscriber.
+func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
+	s.mu.Lock()
+	for {
+		if s.closed {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("nsqbus: receive %q: %w", s.topic, driver.ErrClosed)
+		}
+		if len(s.buf) > 0 {
+			n, bytes := 0, 0
+			for ; n < len(s.buf); n++ {
+				size := s.buf[n].Size()
+				if !room.Fits(n, bytes, size) {
+					break
+				}
+				bytes += size
+			}
+			if n == 0 {
+				s.mu.Unlock()
+				return nil, nil // the first waiting does not fit
+			}
+			out := make([]*driver.Delivery, n)
+			copy(out, s.buf)
+			clear(s.buf[:n])
+			s.buf = s.buf[n:]
+			if len(s.buf) == 0 {
+				s.buf = s.buf[:0:0]
+			}
+			s.mu.Unlock()
+			return out, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		s.mu.Lock()
+	}
+}
+
+// stopWait bounds how long Close waits for go-nsq's connections to
+// close once everything is answered (an nsqd that does not answer CLS).
+const stopWait = 5 * time.Second
+
+// Close implements driver.Subscriber. It stops the consumer (CLS: nsqd
+// sends nothing more) and hands back at once (REQ without delay)
+// everything the member holds unanswered, what the engine abandoned and
+// what waits in the buffer, so the group's other members get it now
+// rather than after msg_timeout.
+func (s *sub) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		held := s.held
+		s.held, s.buf = nil, nil
+		s.mu.Unlock()
+		driver.Notify(s.wake)
+		close(s.stop)
+		s.cons.Stop()
+		for m := range held {
+			m.RequeueWithoutBackoff(0)
+		}
+		select {
+		case <-s.cons.StopChan:
+		case <-time.After(stopWait):
+			s.c.log.Warn("nsqd did not close the consumer's connections in time", "topic", s.nsqTop, "channel", s.channel)
+		}
+		s.wg.Wait()
+		s.c.subs.Remove(s)
+	})
+	return nil
+}
