@@ -410,4 +410,3 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
-

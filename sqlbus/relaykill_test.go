@@ -132,4 +132,3 @@ func checkFirstSeenOrder(t testing.TB, msgs []*omnibus.Message) {
 		last[m.Key] = m.ID
 	}
 }
-

@@ -245,7 +245,9 @@ func testOutboxCleanup(t *testing.T, h Harness) {
 		return st.InsertOutbox(ctx, tx, rows)
 	})
 	drain(t, st)
-	inTx(t, st, func(tx *sql.Tx) error { return st.InsertOutbox(ctx, tx, []sqlbus.OutboxRow{row(st, "t", "", "unsent", nil)}) })
+	inTx(t, st, func(tx *sql.Tx) error {
+		return st.InsertOutbox(ctx, tx, []sqlbus.OutboxRow{row(st, "t", "", "unsent", nil)})
+	})
 	if n, err := st.DeleteSent(ctx, time.Now().Add(-time.Hour), 100); err != nil || n != 0 {
 		t.Fatalf("DeleteSent before an hour ago = %d, %v; want 0", n, err)
 	}
