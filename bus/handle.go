@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +46,7 @@ type Invocation struct {
 	b    *Bus
 	m    *omnibus.Message
 	kind Kind
+	tx   *sql.Tx // the transaction ctx carried (WithTx), or nil
 }
 
 // Message is the message as received (headers, key, topic, lane,
@@ -139,7 +141,7 @@ func single[T any](b *Bus, fn func(context.Context, Invocation, T) error) Handle
 		return nil
 	}
 	return func(ctx context.Context, c *Call) error {
-		return fn(ctx, Invocation{b: b, m: c.Messages[0], kind: c.Kind}, c.Values[0].(T))
+		return fn(ctx, Invocation{b: b, m: c.Messages[0], kind: c.Kind, tx: TxFrom(ctx)}, c.Values[0].(T))
 	}
 }
 
@@ -150,7 +152,7 @@ func batchOf[T any](b *Bus, kind Kind, fn func(context.Context, []Item[T]) error
 	return func(ctx context.Context, c *Call) error {
 		items := make([]Item[T], len(c.Messages))
 		for i, m := range c.Messages {
-			items[i] = Item[T]{Invocation: Invocation{b: b, m: m, kind: kind}, Value: c.Values[i].(T)}
+			items[i] = Item[T]{Invocation: Invocation{b: b, m: m, kind: kind, tx: TxFrom(ctx)}, Value: c.Values[i].(T)}
 		}
 		return fn(ctx, items)
 	}

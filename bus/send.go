@@ -245,6 +245,9 @@ func (b *Bus) correlate(ctx context.Context, m *omnibus.Message) {
 
 // publish is the innermost Sender.
 func (b *Bus) publish(ctx context.Context, d *Dispatch) error {
+	if TxFrom(ctx) != nil {
+		return fmt.Errorf("bus: %s to %q: %w", d.Kind, d.Topic, ErrNoOutbox)
+	}
 	if err := b.ensureTopic(ctx, d.Topic); err != nil {
 		return err
 	}

@@ -1,0 +1,198 @@
+package sqlbus_test
+
+// Child processes: the test binary started again as a relay or as an
+// instance of the bank service, so that tests can kill them with
+// SIGKILL, as a crash would, at any point.
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/sqlbus"
+)
+
+// childConfig is what a child process is told, as JSON in SQLBUS_CHILD.
+type childConfig struct {
+	Role      string // "relay" or "bank"
+	Driver    string
+	DSN       string
+	Dialect   sqlbus.Dialect
+	Prefix    string
+	BusURL    string
+	Namespace string
+	Notify    bool
+}
+
+// child runs this process as a child when SQLBUS_CHILD says so, and
+// reports whether it did; a child runs until it is killed or its
+// parent's end closes its standard input.
+func child() bool {
+	raw := os.Getenv("SQLBUS_CHILD")
+	if raw == "" {
+		return false
+	}
+	var cfg childConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "child: config:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	go func() { // the parent went away: stop
+		_, _ = os.Stdin.Read(make([]byte, 1))
+		stop()
+	}()
+	if err := runChild(ctx, cfg); err != nil && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+	return true
+}
+
+func runChild(ctx context.Context, cfg childConfig) error {
+	db, err := sql.Open(cfg.Driver, cfg.DSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	st, err := sqlbus.Open(ctx, db, cfg.Dialect, sqlbus.Prefix(cfg.Prefix))
+	if err != nil {
+		return err
+	}
+	c, err := omnibus.Open(ctx, cfg.BusURL)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	switch cfg.Role {
+	case "relay":
+		r, err := sqlbus.NewRelay(st, c, sqlbus.Poll(20*time.Millisecond), sqlbus.Notify(cfg.Notify), sqlbus.BatchSize(20))
+		if err != nil {
+			return err
+		}
+		return r.Run(ctx)
+	case "bank":
+		return runBank(ctx, st, c, cfg)
+	}
+	return fmt.Errorf("unknown role %q", cfg.Role)
+}
+
+// proc is a child process the test started.
+type proc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser // kept: the child stops when it closes
+	stderr *bytes.Buffer
+	done   chan struct{}
+}
+
+// children starts and kills child processes of a test; Cleanup kills
+// those left.
+type children struct {
+	t     testing.TB
+	mu    sync.Mutex
+	procs map[string]*proc
+	kills int
+}
+
+func newChildren(t testing.TB) *children {
+	cs := &children{t: t, procs: map[string]*proc{}}
+	t.Cleanup(func() {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		for name, p := range cs.procs {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			if t.Failed() && p.stderr.Len() > 0 {
+				t.Logf("child %s stderr:\n%s", name, tail(p.stderr.String(), 3000))
+			}
+		}
+	})
+	return cs
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// start starts child name with cfg.
+func (cs *children) start(name string, cfg childConfig) {
+	cs.t.Helper()
+	raw, _ := json.Marshal(cfg)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "SQLBUS_CHILD="+string(raw))
+	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	cmd.Stderr = &syncWriter{w: p.stderr}
+	if os.Getenv("SQLBUS_LOG") != "" {
+		cmd.Stderr = os.Stderr
+	}
+	stdin, err := cmd.StdinPipe() // closed when the parent ends
+	if err != nil {
+		cs.t.Fatal(err)
+	}
+	p.stdin = stdin
+	if err := cmd.Start(); err != nil {
+		cs.t.Fatalf("start child %s: %v", name, err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	cs.mu.Lock()
+	cs.procs[name] = p
+	cs.mu.Unlock()
+}
+
+// kill kills child name with SIGKILL and waits for it to end.
+func (cs *children) kill(name string) {
+	cs.mu.Lock()
+	p := cs.procs[name]
+	delete(cs.procs, name)
+	cs.kills++
+	cs.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// exited returns the output of a child that ended by itself, if any.
+func (cs *children) exited() (string, bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for name, p := range cs.procs {
+		select {
+		case <-p.done:
+			return fmt.Sprintf("child %s exited (%v):\n%s", name, p.cmd.ProcessState, tail(p.stderr.String(), 3000)), true
+		default:
+		}
+	}
+	return "", false
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
