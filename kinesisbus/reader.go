@@ -23,6 +23,8 @@ import (
 const (
 	readBackoffFirst = 200 * time.Millisecond
 	readBackoffMost  = 10 * time.Second
+	// iteratorTimeout bounds a GetShardIterator call.
+	iteratorTimeout = 2 * time.Second
 )
 
 func (s *sub) startReader(sh *shard) {
@@ -104,7 +106,14 @@ func (s *sub) read(ctx context.Context, sh *shard) {
 			return
 		}
 		if iter == nil {
-			it, err := s.startIterator(ctx, sh, &from)
+			ictx, cancel := context.WithTimeout(ctx, iteratorTimeout)
+			it, err := s.startIterator(ictx, sh, &from)
+			cancel()
+			if err != nil && ctx.Err() == nil && ictx.Err() != nil {
+				// kinesalite answers an AT_TIMESTAMP request only once a
+				// record is there: ask again.
+				continue
+			}
 			if err != nil {
 				if !backoff(err) {
 					return
