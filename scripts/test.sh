@@ -13,6 +13,8 @@
 #     file.
 # Nothing it cannot do stops it outside CI: the tests that need what is
 # missing say so and are skipped (in CI, with CI set, they fail).
+#   - installs nodejs and npm (apt-get) and kinesalite and dynalite (npm,
+#     into ~/.cache/omnibus-npm) and starts them on 127.0.0.1:4567 and 4568.
 # Kafka itself runs in-process (kfake); the embedded NATS server needs
 # nothing installed.
 set -euo pipefail
@@ -64,6 +66,37 @@ if ! port_open 4222; then
   start-stop-daemon --start --oknodo --background --exec "$(command -v nats-server)" -- \
     -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
   wait_port 4222 30 || log "NATS did not come up on 4222"
+fi
+
+# Kinesis and DynamoDB for kinesisbus: kinesalite and dynalite from npm, run
+# by node, in memory, on 127.0.0.1:4567 and 127.0.0.1:4568 (they would
+# listen on every interface by themselves). Installs nodejs and npm with
+# apt-get when missing, and the two packages into $OMNIBUS_NPM_DIR
+# (default ~/.cache/omnibus-npm).
+npm_dir=${OMNIBUS_NPM_DIR:-$HOME/.cache/omnibus-npm}
+# A client that drops a connection mid-request (a cancelled context) makes
+# dynalite throw from a request's error event and exit: log and go on.
+survive="process.on('uncaughtException', e => console.error('ignored:', e && e.stack || e));"
+if ! port_open 4567 || ! port_open 4568; then
+  need_pkg node nodejs
+  need_pkg npm npm
+  if command -v npm >/dev/null 2>&1 && [ ! -d "$npm_dir/node_modules/kinesalite" -o ! -d "$npm_dir/node_modules/dynalite" ]; then
+    log "installing kinesalite and dynalite into $npm_dir"
+    mkdir -p "$npm_dir"
+    (cd "$npm_dir" && npm install --silent --no-audit --no-fund kinesalite@3 dynalite@4 >/dev/null 2>&1) || log "could not install kinesalite and dynalite"
+  fi
+fi
+if ! port_open 4567 && [ -d "$npm_dir/node_modules/kinesalite" ]; then
+  log "starting kinesalite on 127.0.0.1:4567"
+  nohup node -e "$survive require('$npm_dir/node_modules/kinesalite')({createStreamMs: 20, deleteStreamMs: 20, updateStreamMs: 20, shardLimit: 100000}).listen(4567, '127.0.0.1')" \
+    >/var/log/kinesalite.log 2>&1 &
+  wait_port 4567 30 || log "kinesalite did not come up on 4567"
+fi
+if ! port_open 4568 && [ -d "$npm_dir/node_modules/dynalite" ]; then
+  log "starting dynalite on 127.0.0.1:4568"
+  nohup node -e "$survive require('$npm_dir/node_modules/dynalite')({createTableMs: 20, deleteTableMs: 20, updateTableMs: 20}).listen(4568, '127.0.0.1')" \
+    >/var/log/dynalite.log 2>&1 &
+  wait_port 4568 30 || log "dynalite did not come up on 4568"
 fi
 
 exec go test -race -count=1 -timeout 20m "$@" ./...

@@ -1,0 +1,185 @@
+// Package kinesisbus is omnibus's Amazon Kinesis Data Streams transport,
+// scheme kinesis://, built on the AWS SDK for Go v2 (service/kinesis and
+// service/dynamodb), with the Kinesis Client Library's coordination
+// written in Go: shard leases and checkpoints in a DynamoDB table in the
+// KCL's own schema, balanced by count, and the split and merge barrier.
+//
+// Import it for its side effect:
+//
+//	import _ "github.com/omnibus-go/omnibus/kinesisbus"
+//
+//	c, err := omnibus.Open(ctx, "kinesis://us-east-1")
+//
+// # URL
+//
+//	kinesis://[KEYID:SECRET@]region[?param=value&...]
+//
+// The host is the AWS region. Credentials come from the SDK's default
+// chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the shared files
+// and their profile, a web identity, an instance role) unless the URL has
+// static keys; the secret key never appears in an error (URLs are
+// redacted). Unknown parameters are an error.
+//
+//	parameter            default            AWS's or the KCL's name / meaning
+//	endpoint             the region's       Kinesis endpoint URL (endpoint_url,
+//	                                        AWS_ENDPOINT_URL_KINESIS), for an emulator
+//	dynamodb_endpoint    endpoint, else     DynamoDB endpoint URL (AWS_ENDPOINT_URL_DYNAMODB)
+//	                     the region's
+//	profile              (default chain)    the shared configuration's profile (AWS_PROFILE)
+//	lease_table          {stream}.{group}   the KCL's tableName (applicationName): the
+//	                                        lease table; {stream} and {group} are replaced
+//	failover_time        10s                failoverTimeMillis: a lease whose counter does
+//	                                        not move for this long has expired
+//	shard_sync_interval  1m                 shardSyncIntervalMillis: how often the shards
+//	                                        are listed (a shard that ends syncs at once)
+//	poll_interval        1s                 idleTimeBetweenReadsInMillis: the wait after
+//	                                        a GetRecords that found the shard caught up
+//	max_records          10000              maxRecords: GetRecords' Limit
+//	create_streams       dlq                which streams Publish and Subscribe create on
+//	                                        first use: none, dlq (dead-letter streams), all
+//	shards               1                  ShardCount of streams created on first use
+//
+// The portable layer reads durability for every transport; Kinesis has
+// no acknowledgement levels, so every level waits for PutRecords' answer
+// (a record is then stored in three availability zones).
+//
+// # Messages on the wire
+//
+// Kinesis records have no headers: a message is a CloudEvent in
+// structured content mode, the JSON event format
+// (application/cloudevents+json), in the record's data, so any
+// CloudEvents reader understands it. Its Key is the partition key (the
+// ID when the Key is empty; a key over 256 characters is replaced by its
+// SHA-256) and the partitionkey extension.
+//
+//	field        event
+//	ID           id
+//	Key          partitionkey, and the record's partition key
+//	Type         type
+//	Source       source
+//	Time         time (RFC 3339 with nanoseconds)
+//	ContentType  datacontenttype
+//	Body         data (JSON content as JSON, other text as a string),
+//	             else data_base64
+//	             specversion: 1.0
+//	Headers      an extension per header whose name is an attribute name
+//	             ("tenant"); the others ("trace-id") together in the
+//	             extension omnibusheaders, a JSON object in a string
+//
+// A record of another producer that is not such an event is delivered as
+// it is: Body the data, Key the partition key, Time the arrival time, and
+// the ID "<stream>/<shard ID>/<sequence number>", the same every time the
+// record is read.
+//
+// # Leases and checkpoints
+//
+// A group's state is its lease table, one item per shard, with the KCL's
+// attribute names: leaseKey (the shard ID), leaseOwner, leaseCounter,
+// checkpoint (a sequence number, or TRIM_HORIZON, LATEST, AT_TIMESTAMP,
+// SHARD_END), checkpointSubSequenceNumber, ownerSwitchesSinceCheckpoint,
+// parentShardId, checkpointOwner, startingHashKey, endingHashKey. A group
+// can therefore move from a Java KCL application to omnibus (or back) and
+// keep its place: name the application's table with lease_table. The
+// table is created on first use (on-demand capacity); a table of another
+// shape is refused with ErrInvalid. An AT_TIMESTAMP checkpoint (where a
+// new group at StartLatest begins) keeps its time in omnibusStartTime,
+// which the KCL ignores. The table of a group omnibus named itself (no
+// Group option) is deleted when its last member leaves.
+//
+// Every member is a KCL worker with its own identifier (the host's name
+// and a random suffix). Each failover_time / 2 it scans the table and
+// takes leases balanced by count: its target is the number of live
+// leases divided by the number of members, rounded up; it takes expired
+// leases first, and when none is free it asks the most loaded member for
+// one lease (at most one at a time, as the KCL steals). Asking is the
+// KCL's graceful hand-off: leaseOwner becomes the asker and
+// checkpointOwner the holder, who drains the lane, checkpoints and
+// releases it; a holder that does not (it crashed) sees the lease expire.
+// A member renews its leases every failover_time / 3 by incrementing the
+// counter with a conditional write. A lease expires when its counter has
+// not moved for failover_time, measured on the taker's own clock from
+// when it first saw that counter: clocks of different hosts are never
+// compared. A member that cannot renew a lease for failover_time gives it
+// up itself.
+//
+// Checkpoints are conditional on the owner and the counter, so a member
+// that lost its lease can never move its checkpoint: the write fails
+// with ErrNotOwner. The engine's Lanes callbacks follow the leases:
+// Claimed when the member takes a lease; Revoked (the engine drains the
+// lane and checkpoints, then the lease is released) when another member
+// asks for it, when its shard ended, and on Close; Lost when another
+// member took it or it could not be renewed.
+//
+// # Resharding
+//
+// A shard that is split or merged is read to its end and checkpointed as
+// SHARD_END before any of its children is handed to anyone: a child's
+// lease is taken only when every parent's lease says SHARD_END (or the
+// parent has no lease: the group never read it). That is what keeps each
+// key's order across a split and a merge. The member that ends a shard
+// lists the shards at once and creates the children's leases (from
+// TRIM_HORIZON); other new shards appear at the next shard sync, without
+// a restart. Ended leases stay in the table (the KCL's cleanup deletes
+// them after the retention period; omnibus leaves them).
+//
+// # Delivery semantics
+//
+// Publish sends PutRecords calls of up to 500 records and 5 MiB. Records
+// Kinesis refuses for throughput (ProvisionedThroughputExceededException)
+// or an internal failure are sent again, each on its own, with backoff,
+// until they land or the context ends; what still fails comes back as
+// that message's error, and a message whose record would be over 1 MiB
+// fails alone with ErrTooLarge. A record sent again may land after a
+// later record of its key, as with Kinesis's own PutRecords retries.
+//
+// A subscription is a member of the group; each shard leased is a lane
+// named by its shard ID, and a delivery's Position is its sequence
+// number. One goroutine per shard polls GetRecords (max_records per call)
+// from the checkpoint, reading on at once while there is more and
+// waiting poll_interval when caught up, and holds at most 10,000 records
+// or 16 MiB ahead of the engine; an expired iterator is asked for again
+// after the last record read; a throttled read backs off (200ms doubling
+// to 10s). Kinesis cannot nack: retries run in the engine and dead
+// letters are published to the dead-letter stream. Checkpoints are the
+// engine's watermark, written at most every CommitInterval. A new group
+// starts at the time it is created (StartLatest: an AT_TIMESTAMP
+// checkpoint) or at TRIM_HORIZON (StartEarliest). Delivery is at least
+// once: a lease that moves without a checkpoint (a member crashed) is
+// read again from the last one. Enhanced fan-out (SubscribeToShard) is
+// not used.
+//
+// Lag is time: for every shard not read to its end, the milliseconds the
+// first record after the group's checkpoint has waited since it arrived
+// (at least the MillisBehindLatest Kinesis reports for it), 0 when no
+// record follows the checkpoint; a shard that cannot be read is unknown,
+// never zero. It is read from outside the group (the lease table and one
+// GetRecords per shard, which counts against the shard's read limit), so
+// members, the autoscaler and `omnibus lag` see the same number.
+//
+//	capability       kinesisbus
+//	ordered lanes    yes (shards)
+//	lag              millis
+//	exclusive lanes  yes (a shard is read by one member of a group)
+//	groups           yes
+//	replay           yes (TRIM_HORIZON)
+//	native nack      no (the engine retries)
+//	max message      767,928 bytes: a binary body in base64 within
+//	                 Kinesis's 1 MiB; a text or JSON body may be larger
+//	                 (Publish refuses records over 1 MiB per message)
+//
+// # Errors
+//
+// Errors name the operation and the stream and wrap driver sentinels:
+// ErrNotFound (no such stream, a group without a lease table), ErrTooLarge,
+// ErrInvalid (a bad URL, a lease table of the wrong shape, no permission),
+// ErrClosed, and ErrRetryable where Kinesis or DynamoDB refused before
+// acting (throttling, an internal error, no connection). The SDK's error
+// (a smithy.APIError) stays reachable with errors.As. ErrNotOwner marks a
+// lease write refused because the member no longer holds the lease.
+//
+// # Concurrency
+//
+// Everything is safe for concurrent use. A connection holds one Kinesis
+// and one DynamoDB client; each member runs a taker, a renewer and a
+// reader per shard it holds, all ended by Close.
+package kinesisbus

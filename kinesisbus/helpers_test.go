@@ -1,0 +1,161 @@
+package kinesisbus_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/testenv"
+	_ "github.com/omnibus-go/omnibus/kinesisbus"
+	"github.com/omnibus-go/omnibus/transporttest"
+)
+
+// The emulators scripts/test.sh starts: kinesalite and dynalite.
+var (
+	kinesisAddr = testenv.Getenv("OMNIBUS_KINESIS_ADDR", "127.0.0.1:4567")
+	dynamoAddr  = testenv.Getenv("OMNIBUS_DYNAMODB_ADDR", "127.0.0.1:4568")
+)
+
+const startServers = "scripts/test.sh (kinesalite and dynalite from npm, on 127.0.0.1:4567 and :4568)"
+
+// testParams make leases move in test time: a lease expires after 1s
+// without renewal, shards are listed every second, and an empty shard is
+// polled every 50ms.
+const testParams = "failover_time=1s&shard_sync_interval=1s&poll_interval=50ms"
+
+// fakeKeys are the static credentials the emulators accept.
+const fakeKeys = "AKIDTEST:secretTEST"
+
+// need skips the test (fails it in CI) when the emulators are not running.
+func need(t testing.TB) {
+	t.Helper()
+	testenv.Require(t, "kinesalite", kinesisAddr, startServers)
+	testenv.Require(t, "dynalite", dynamoAddr, startServers)
+}
+
+// kinesisURL is the kinesis:// URL of the emulators (or of the proxies at
+// kin and ddb) with the test parameters and extra ones ("a=b&c=d").
+func kinesisURL(kin, ddb, extra string) string {
+	u := "kinesis://" + fakeKeys + "@us-east-1?endpoint=http://" + kin + "&dynamodb_endpoint=http://" + ddb + "&" + testParams
+	if extra != "" {
+		u += "&" + extra
+	}
+	return u
+}
+
+func testURL(extra string) string { return kinesisURL(kinesisAddr, dynamoAddr, extra) }
+
+// open opens a client to url, closed at cleanup.
+func open(t testing.TB, url string) *omnibus.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := omnibus.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", url, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// rawClients are SDK clients on the emulators, for what the tests do
+// behind omnibus's back.
+func rawClients() (*kinesis.Client, *dynamodb.Client) {
+	cfg := aws.Config{
+		Region:      "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secretTEST", ""),
+	}
+	kin := kinesis.NewFromConfig(cfg, func(o *kinesis.Options) { o.BaseEndpoint = aws.String("http://" + kinesisAddr) })
+	ddb := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String("http://" + dynamoAddr) })
+	return kin, ddb
+}
+
+// run starts k.Run and returns a function that stops it gracefully (also
+// called at cleanup).
+func run(t testing.TB, k *omnibus.Consumer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("Run did not return within 60s of cancellation")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// TestMain deletes, at the end, the streams and lease tables this
+// process's tests created on the shared emulators (their names start
+// with the suite's prefix, or with "kinesisbus-test-").
+func TestMain(m *testing.M) {
+	code := m.Run()
+	cleanup(transporttest.TopicPrefix(), testPrefix)
+	os.Exit(code)
+}
+
+// testPrefix starts the names of what this package's own tests create.
+var testPrefix = "kbt-" + strings.TrimPrefix(transporttest.TopicPrefix(), "omnibus-")
+
+func cleanup(prefixes ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kin, ddb := rawClients()
+	ours := func(name string) bool {
+		for _, p := range prefixes {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+		return false
+	}
+	if out, err := kin.ListStreams(ctx, &kinesis.ListStreamsInput{Limit: aws.Int32(10000)}); err == nil {
+		for _, s := range out.StreamNames {
+			if ours(s) {
+				_, _ = kin.DeleteStream(ctx, &kinesis.DeleteStreamInput{StreamName: aws.String(s)})
+			}
+		}
+	}
+	var start *string
+	for {
+		out, err := ddb.ListTables(ctx, &dynamodb.ListTablesInput{ExclusiveStartTableName: start})
+		if err != nil {
+			return
+		}
+		for _, name := range out.TableNames {
+			if ours(name) {
+				_, _ = ddb.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+			}
+		}
+		if out.LastEvaluatedTableName == nil {
+			return
+		}
+		start = out.LastEvaluatedTableName
+	}
+}

@@ -1,0 +1,216 @@
+package kinesisbus
+
+// The connection: Open, the Kinesis and DynamoDB clients, Capabilities,
+// Close, and the classification of AWS errors into the driver's
+// sentinels. conn.subs holds the open members; conn.mu the stream cache.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/smithy-go"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// Scheme is the URL scheme kinesisbus registers.
+const Scheme = "kinesis"
+
+func init() { omnibus.Register(Scheme, Driver{}) }
+
+// Driver is the kinesisbus driver.Driver. Programs reach it through
+// omnibus.Open with a kinesis:// URL; it is exported for callers who build
+// a connection themselves and hand it to omnibus.New.
+type Driver struct{}
+
+// Open implements driver.Driver: it parses u, loads the AWS configuration
+// and checks that Kinesis answers (ListStreams, bounded by ctx).
+func (Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (driver.Conn, error) {
+	cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	awsCfg, err := cfg.awsConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{
+		cfg:    cfg,
+		logger: opts.Logger,
+		known:  map[string]bool{},
+		clock:  time.Now,
+	}
+	c.kin = kinesis.NewFromConfig(awsCfg, func(o *kinesis.Options) {
+		if cfg.endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.endpoint)
+		}
+		// kinesisbus retries reads and records itself, with its own
+		// backoff; the SDK tries each call once.
+		o.Retryer = aws.NopRetryer{}
+	})
+	c.ddb = dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
+		if cfg.dynamoEndpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.dynamoEndpoint)
+		}
+		// Lease writes are retried by the SDK (they are conditional, so
+		// a retry that finds its own write fails the condition and is
+		// read back), without the client-side quota that would turn a
+		// throttled table into errors.
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) { so.RateLimiter = noLimit{} })
+	})
+	if _, err := c.kin.ListStreams(ctx, &kinesis.ListStreamsInput{Limit: aws.Int32(1)}); err != nil {
+		return nil, fmt.Errorf("kinesisbus: open %s: Kinesis did not answer: %w", cfg.redacted, c.classify(err))
+	}
+	return c, nil
+}
+
+// noLimit is a retry rate limiter that never refuses a retry.
+type noLimit struct{}
+
+func (noLimit) GetToken(context.Context, uint) (func() error, error) {
+	return func() error { return nil }, nil
+}
+func (noLimit) AddTokens(uint) error { return nil }
+
+type conn struct {
+	cfg    *config
+	logger *slog.Logger
+	kin    *kinesis.Client
+	ddb    *dynamodb.Client
+	clock  func() time.Time // time.Now; tests of the lag arithmetic set another
+
+	subs driver.Subscribers[*sub]
+
+	mu    sync.Mutex
+	known map[string]bool // streams seen to exist
+}
+
+// MaxRecordBytes is the largest record Kinesis accepts: data and partition
+// key together.
+const MaxRecordBytes = 1 << 20
+
+// envelopeOverhead bounds what the CloudEvents envelope adds to a message
+// besides its body and headers' text (attribute names, quotes, the time,
+// JSON escapes of ordinary headers).
+const envelopeOverhead = 4096
+
+// Capabilities implements driver.Conn. MaxMessageBytes is what any body
+// fits in, base64 included (a binary body grows by a third in the
+// envelope); a text or JSON body up to nearly 1 MiB fits too, and Publish
+// refuses per message, with ErrTooLarge, the records that do not.
+func (c *conn) Capabilities() driver.Capabilities {
+	return driver.Capabilities{
+		Ordered:         true,
+		Lag:             driver.LagMillis,
+		ExclusiveLanes:  true,
+		Groups:          true,
+		Replay:          true,
+		MaxMessageBytes: (MaxRecordBytes - envelopeOverhead) / 4 * 3,
+	}
+}
+
+func (c *conn) checkOpen(op, stream string) error {
+	if c.subs.Closed() {
+		return fmt.Errorf("kinesisbus: %s %q: %w", op, stream, driver.ErrClosed)
+	}
+	return nil
+}
+
+// Close implements driver.Conn: it closes the members still open (they
+// release their leases). The SDK clients hold nothing to close.
+func (c *conn) Close() error {
+	c.subs.Close()
+	return nil
+}
+
+// --- errors ---
+
+// AWS error codes kinesisbus tells apart.
+const (
+	codeNotFound      = "ResourceNotFoundException"
+	codeInUse         = "ResourceInUseException"
+	codeThroughput    = "ProvisionedThroughputExceededException"
+	codeExpired       = "ExpiredIteratorException"
+	codeLimit         = "LimitExceededException"
+	codeConditional   = "ConditionalCheckFailedException"
+	codeAccessDenied  = "AccessDeniedException"
+	codeValidation    = "ValidationException"
+	codeInvalidArg    = "InvalidArgumentException"
+	codeInternal      = "InternalFailure"
+	codeThrottling    = "ThrottlingException"
+	codeRequestLimit  = "RequestLimitExceeded"
+	codeUnavailable   = "ServiceUnavailable"
+	codeInternalError = "InternalServerError"
+)
+
+// errorCode is the AWS error code of err, "" when it has none.
+func errorCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// throttled reports whether err is a throttling refusal, after which
+// the call may be made again once the caller has backed off.
+func throttled(err error) bool {
+	switch errorCode(err) {
+	case codeThroughput, codeLimit, codeThrottling, codeRequestLimit, "KMSThrottlingException":
+		return true
+	}
+	return false
+}
+
+// classify wraps err with the driver sentinel that matches it, keeping the
+// SDK's error reachable with errors.As, and hides the URL's secret key.
+func (c *conn) classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var sentinel error
+	switch code := errorCode(err); {
+	case code == codeNotFound:
+		sentinel = driver.ErrNotFound
+	case code == codeAccessDenied, code == codeValidation, code == codeInvalidArg,
+		code == "UnrecognizedClientException", code == "InvalidSignatureException":
+		sentinel = driver.ErrInvalid
+	case throttled(err), code == codeInternal, code == codeUnavailable, code == codeInternalError:
+		// Refused before acting, or failed on the server's side.
+		sentinel = driver.ErrRetryable
+	case code == "":
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			// No connection, so no request reached the server.
+			sentinel = driver.ErrRetryable
+		}
+	}
+	if c.cfg.secretKey != "" {
+		err = redacted{err, c.cfg.redact(err.Error())}
+	}
+	if sentinel == nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, sentinel)
+}
+
+// redacted is an error whose text has the secret key hidden, keeping the
+// original reachable with errors.As.
+type redacted struct {
+	err  error
+	text string
+}
+
+func (r redacted) Error() string { return r.text }
+func (r redacted) Unwrap() error { return r.err }

@@ -1,0 +1,116 @@
+package kinesisbus
+
+// The renewer: the member's goroutine that increments the counter of
+// every lease it holds every failover_time / 3, finds hand-overs other
+// members asked for (they go to the taker, which revokes them), and
+// declares lost, through Lanes.Lost, the leases another member took or
+// that it could not renew for failover_time.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+func (s *sub) renewLoop() {
+	defer close(s.renewerDone)
+	t := time.NewTicker(s.conn.cfg.failover / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		held := make([]*shard, 0, len(s.held))
+		for _, sh := range s.held {
+			if !sh.gone {
+				held = append(held, sh)
+			}
+		}
+		s.mu.Unlock()
+		var lost []*shard
+		for _, sh := range held {
+			if !s.renew(s.ctx, sh) {
+				lost = append(lost, sh)
+			}
+		}
+		if len(lost) > 0 && s.ctx.Err() == nil {
+			s.lose(lost)
+		}
+	}
+}
+
+// renew renews sh's lease; it reports false when the lease is lost.
+func (s *sub) renew(ctx context.Context, sh *shard) bool {
+	sh.lmu.Lock()
+	defer sh.lmu.Unlock()
+	err := s.table.renew(ctx, sh.id, sh.counter, s.me, sh.handOver)
+	if errors.Is(err, ErrNotOwner) {
+		l, gerr := s.table.get(ctx, sh.id)
+		switch {
+		case gerr != nil:
+			err = gerr
+		case l == nil:
+			// The lease was deleted behind the member's back.
+		case l.counter == sh.counter+1 && s.ours(l, sh.handOver):
+			err = nil // our own renewal, sent again by the SDK
+		case !sh.handOver && l.checkpointOwner == s.me && l.owner != s.me:
+			// Another member asked for it: drain, checkpoint, hand over.
+			sh.handOver, sh.counter, sh.renewed = true, l.counter, time.Now()
+			s.mu.Lock()
+			s.revoke[sh.id] = sh
+			s.mu.Unlock()
+			driver.Notify(s.kick)
+			s.logger.Info("handing a lease over", "shard", sh.id, "to", l.owner)
+			return true
+		}
+	}
+	switch {
+	case err == nil:
+		sh.counter++
+		sh.renewed = time.Now()
+		return true
+	case errors.Is(err, ErrNotOwner):
+		s.logger.Info("lease taken by another member", "shard", sh.id)
+		return false
+	case ctx.Err() != nil:
+		return true
+	case time.Since(sh.renewed) >= s.conn.cfg.failover:
+		s.logger.Warn("lease not renewed for failover_time: given up", "shard", sh.id, "err", err)
+		return false
+	}
+	s.logger.Debug("renewing a lease failed; trying again", "shard", sh.id, "err", err)
+	return true
+}
+
+// lose abandons the lanes of shards whose leases are gone: no commit,
+// the reader stops, and what it buffered is dropped.
+func (s *sub) lose(lost []*shard) {
+	s.mu.Lock()
+	var ids []string
+	for _, sh := range lost {
+		if sh.gone {
+			continue
+		}
+		sh.gone = true
+		sh.buf, sh.bufBytes = nil, 0
+		if s.held[sh.id] == sh {
+			delete(s.held, sh.id)
+		}
+		delete(s.revoke, sh.id)
+		ids = append(ids, sh.id)
+	}
+	s.epoch++
+	s.mu.Unlock()
+	driver.Notify(s.wake)
+	for _, sh := range lost {
+		s.stopReader(sh)
+	}
+	if len(ids) > 0 {
+		s.lanes.Lost(ids)
+	}
+}
