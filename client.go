@@ -255,26 +255,8 @@ func (c *Client) Driver() driver.Conn { return c.conn }
 // listing them; the others landed. Any other error means no message can
 // be assumed to have landed.
 func (c *Client) Publish(ctx context.Context, topic string, msgs ...*Message) error {
-	if err := c.checkOpen("publish", topic); err != nil {
+	if err := c.prepare(topic, msgs, time.Now()); err != nil || len(msgs) == 0 {
 		return err
-	}
-	if topic == "" {
-		return fmt.Errorf("omnibus: publish: empty topic: %w", ErrInvalid)
-	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	now := time.Now()
-	for i, m := range msgs {
-		if m == nil {
-			return fmt.Errorf("omnibus: publish %q: message %d is nil: %w", topic, i, ErrInvalid)
-		}
-		for k := range m.Headers {
-			if driver.ReservedHeader(k) {
-				return fmt.Errorf("omnibus: publish %q: message %d: header %q is a CloudEvents binding's name (set ContentType for the content type): %w", topic, i, k, ErrInvalid)
-			}
-		}
-		fill(m, now)
 	}
 	var end func(error)
 	if hs := c.hooks.publish; len(hs) > 0 {
@@ -293,6 +275,31 @@ func (c *Client) Publish(ctx context.Context, topic string, msgs ...*Message) er
 		end(err)
 	}
 	return err
+}
+
+// prepare checks a publish of msgs to topic and fills their empty IDs and
+// zero Times.
+func (c *Client) prepare(topic string, msgs []*Message, now time.Time) error {
+	if err := c.checkOpen("publish", topic); err != nil {
+		return err
+	}
+	if topic == "" {
+		return fmt.Errorf("omnibus: publish: empty topic: %w", ErrInvalid)
+	}
+	for i, m := range msgs {
+		if m == nil {
+			return fmt.Errorf("omnibus: publish %q: message %d is nil: %w", topic, i, ErrInvalid)
+		}
+		for k := range m.Headers {
+			if driver.ReservedHeader(k) {
+				return fmt.Errorf("omnibus: publish %q: message %d: header %q is a CloudEvents binding's name (set ContentType for the content type): %w", topic, i, k, ErrInvalid)
+			}
+		}
+	}
+	for _, m := range msgs {
+		fill(m, now)
+	}
+	return nil
 }
 
 func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions) error {

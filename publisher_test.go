@@ -1,0 +1,315 @@
+package omnibus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/membus"
+)
+
+// gateConn is a membus connection whose publishes wait for the gate to
+// open (or their ctx to end).
+type gateConn struct {
+	driver.Conn
+	gate chan struct{}
+}
+
+func (g *gateConn) Publish(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions) error {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return fmt.Errorf("gate: %w: %w", driver.ErrOutcomeUnknown, ctx.Err())
+	}
+	return g.Conn.Publish(ctx, topic, msgs, opts)
+}
+
+func gatedClient(t *testing.T) (*omnibus.Client, *gateConn) {
+	t.Helper()
+	g := &gateConn{Conn: membus.New(membus.Config{Partitions: 1}).Conn(), gate: make(chan struct{})}
+	c, err := omnibus.New(g, omnibus.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, g
+}
+
+func newPublisher(t *testing.T, c *omnibus.Client, opts ...omnibus.PublisherOption) *omnibus.Publisher {
+	t.Helper()
+	p, err := c.Publisher(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	})
+	return p
+}
+
+// TestPublisherKeyOrderAndBatches: 5,000 messages over 20 keys from one
+// goroutine all land once, each key's in the order given, in batches.
+func TestPublisherKeyOrderAndBatches(t *testing.T) {
+	c, fc, _, _ := flakyClient(t, func(int, int) error { return nil })
+	p := newPublisher(t, c, omnibus.Linger(5*time.Millisecond))
+	const n, keys = 5000, 20
+	results := make([]*omnibus.PublishResult, n)
+	for i := range n {
+		r, err := p.Publish(context.Background(), "t", &omnibus.Message{Key: "k" + strconv.Itoa(i%keys), Body: []byte(strconv.Itoa(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		results[i] = r
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]int{}
+	for i, r := range results {
+		if err := r.Err(); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		byID[r.ID()] = i
+	}
+	calls := fc.calls()
+	seen := map[int]bool{}
+	last := map[int]int{} // key -> last message number
+	for _, ids := range calls {
+		for _, id := range ids {
+			i, ok := byID[id]
+			if !ok || seen[i] {
+				t.Fatalf("id %q: unknown or sent twice", id)
+			}
+			seen[i] = true
+			if l, ok := last[i%keys]; ok && l > i {
+				t.Fatalf("key k%d: message %d sent after %d", i%keys, i, l)
+			}
+			last[i%keys] = i
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d of %d sent", len(seen), n)
+	}
+	if len(calls) > n/10 {
+		t.Errorf("%d driver publishes for %d messages: not batched", len(calls), n)
+	}
+	t.Logf("%d messages in %d batches", n, len(calls))
+}
+
+// TestPublisherRidesThrough: a batch failing with ErrRetryable is
+// published again with the same IDs; every result ends nil and every
+// message is stored once.
+func TestPublisherRidesThrough(t *testing.T) {
+	c, fc, rc, _ := flakyClient(t, func(try, i int) error {
+		if try <= 2 {
+			return fmt.Errorf("connection reset: %w", driver.ErrRetryable)
+		}
+		return nil
+	})
+	p := newPublisher(t, c, omnibus.Senders(1))
+	var results []*omnibus.PublishResult
+	for i := range 100 {
+		r, err := p.Publish(context.Background(), "t", &omnibus.Message{Key: "k", Body: []byte(strconv.Itoa(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		results = append(results, r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, r := range results {
+		if err := r.Get(ctx); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	if len(rc.retries) == 0 {
+		t.Fatal("no retry seen by the hook")
+	}
+	stored := map[string]int{}
+	for try, ids := range fc.calls() {
+		if try < 2 {
+			continue // failed with ErrRetryable: not stored
+		}
+		for _, id := range ids {
+			stored[id]++
+		}
+	}
+	for i, r := range results {
+		if stored[r.ID()] != 1 {
+			t.Fatalf("message %d stored %d times", i, stored[r.ID()])
+		}
+	}
+}
+
+// TestPublisherBufferBound: past MaxBuffered, Publish fails with ErrFull
+// (FailWhenFull) or waits for room until its ctx ends; what was taken
+// lands once the transport answers.
+func TestPublisherBufferBound(t *testing.T) {
+	for _, fail := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fail=%v", fail), func(t *testing.T) {
+			c, g := gatedClient(t)
+			opts := []omnibus.PublisherOption{omnibus.MaxBuffered(10, 1<<20)}
+			if fail {
+				opts = append(opts, omnibus.FailWhenFull())
+			}
+			p := newPublisher(t, c, opts...)
+			var results []*omnibus.PublishResult
+			for i := range 10 {
+				r, err := p.Publish(context.Background(), "t", &omnibus.Message{Key: strconv.Itoa(i)})
+				if err != nil {
+					t.Fatalf("message %d: %v", i, err)
+				}
+				results = append(results, r)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			_, err := p.Publish(ctx, "t", &omnibus.Message{})
+			if want := map[bool]error{true: omnibus.ErrFull, false: context.DeadlineExceeded}[fail]; !errors.Is(err, want) {
+				t.Fatalf("11th publish: %v, want %v", err, want)
+			}
+			select {
+			case <-results[0].Ready():
+				t.Fatal("a result was ready before the transport answered")
+			default:
+			}
+			close(g.gate)
+			ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := p.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range results {
+				if err := r.Err(); err != nil {
+					t.Fatalf("message %d: %v", i, err)
+				}
+			}
+		})
+	}
+}
+
+// TestPublisherContextEndsBeforeSend: a message whose ctx ends while it
+// waits behind its key's batch in flight is not sent, and says why.
+func TestPublisherContextEndsBeforeSend(t *testing.T) {
+	c, g := gatedClient(t)
+	p := newPublisher(t, c, omnibus.Senders(1))
+	first, err := p.Publish(context.Background(), "t", &omnibus.Message{Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // the first batch leaves alone
+	ctx, cancel := context.WithCancel(context.Background())
+	second, err := p.Publish(ctx, "t", &omnibus.Message{Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	close(g.gate)
+	wait, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	if err := first.Get(wait); err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	if err := second.Get(wait); !errors.Is(err, context.Canceled) {
+		t.Fatalf("second: %v, want context.Canceled", err)
+	}
+}
+
+// TestPublisherClose: Close publishes what is held and then refuses
+// messages; a Close whose ctx ends fails what is in flight and returns.
+func TestPublisherClose(t *testing.T) {
+	t.Run("flushes", func(t *testing.T) {
+		c, _, _, _ := flakyClient(t, func(int, int) error { return nil })
+		p := newPublisher(t, c, omnibus.Linger(time.Hour))
+		r, err := p.Publish(context.Background(), "t", &omnibus.Message{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Publish(context.Background(), "t", &omnibus.Message{}); !errors.Is(err, omnibus.ErrClosed) {
+			t.Fatalf("publish after Close: %v", err)
+		}
+	})
+	t.Run("ctx ends", func(t *testing.T) {
+		c, _ := gatedClient(t) // never opens
+		p := newPublisher(t, c)
+		r, err := p.Publish(context.Background(), "t", &omnibus.Message{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := p.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close: %v", err)
+		}
+		select {
+		case <-r.Ready():
+		default:
+			t.Fatal("Close returned with a result not ready")
+		}
+		if err := r.Err(); !errors.Is(err, omnibus.ErrOutcomeUnknown) {
+			t.Fatalf("in-flight message: %v, want ErrOutcomeUnknown", err)
+		}
+	})
+}
+
+// TestPublisherConcurrent: 8 goroutines publishing at once under -race;
+// every message lands once.
+func TestPublisherConcurrent(t *testing.T) {
+	c, fc, _, _ := flakyClient(t, func(int, int) error { return nil })
+	p := newPublisher(t, c)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var results []*omnibus.PublishResult
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 500 {
+				r, err := p.Publish(context.Background(), "t", &omnibus.Message{Key: strconv.Itoa(i % 7), Body: []byte(strconv.Itoa(g*1000 + i))})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				results = append(results, r)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sent := map[string]int{}
+	for _, ids := range fc.calls() {
+		for _, id := range ids {
+			sent[id]++
+		}
+	}
+	for _, r := range results {
+		if r.Err() != nil || sent[r.ID()] != 1 {
+			t.Fatalf("%s: err %v, sent %d times", r.ID(), r.Err(), sent[r.ID()])
+		}
+	}
+	if len(results) != 4000 {
+		t.Fatalf("%d results", len(results))
+	}
+}
