@@ -158,6 +158,7 @@ type pubQueue struct {
 type PublishResult struct {
 	id    string
 	msg   driver.Message
+	size  int // msg.Size()
 	ctx   context.Context
 	end   func(error) // the PublishHooks' ends, or nil
 	ready chan struct{}
@@ -234,8 +235,8 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m *Message) (*Pub
 		r.ctx = ctx
 	}
 	r.msg = toDriver(m)
-	size := r.msg.Size()
-	if err := p.enqueue(ctx, topic, m.Key, r, size); err != nil {
+	r.size = r.msg.Size()
+	if err := p.enqueue(ctx, topic, m.Key, r); err != nil {
 		if r.end != nil {
 			r.end(err)
 		}
@@ -246,7 +247,8 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m *Message) (*Pub
 
 // enqueue waits for room, then queues r, starting or arming its queue's
 // sender.
-func (p *Publisher) enqueue(ctx context.Context, topic, key string, r *PublishResult, size int) error {
+func (p *Publisher) enqueue(ctx context.Context, topic, key string, r *PublishResult) error {
+	size := r.size
 	p.mu.Lock()
 	for {
 		if p.closed {
@@ -358,7 +360,7 @@ func (p *Publisher) send(q *pubQueue) {
 func (p *Publisher) takeLocked(q *pubQueue) ([]*PublishResult, int) {
 	n, bytes := 0, 0
 	for n < len(q.pending) && n < p.cfg.count {
-		s := q.pending[n].msg.Size()
+		s := q.pending[n].size
 		if n > 0 && bytes+s > p.cfg.bytes {
 			break
 		}

@@ -120,6 +120,9 @@ func logRatios(b *testing.B, what string, rates map[string]float64) {
 		if o > 0 && r > 0 {
 			fmt.Printf("%s %s: omnibus %.0f msgs/s, raw franz-go %.0f msgs/s, omnibus/raw %.1f%%\n", what, s.name, o, r, 100*o/r)
 		}
+		if o, r := rates["omnibus-async/"+s.name], rates["franz-go-async/"+s.name]; o > 0 && r > 0 {
+			fmt.Printf("%s %s async: omnibus Publisher %.0f msgs/s, raw franz-go Produce %.0f msgs/s, omnibus/raw %.1f%%\n", what, s.name, o, r, 100*o/r)
+		}
 	}
 }
 
@@ -156,6 +159,62 @@ func BenchmarkPublish(b *testing.B) {
 			}
 			b.StopTimer()
 			reportRate(b, b.N, rates, "franz-go/"+s.name)
+		})
+		b.Run("omnibus-async/"+s.name, func(b *testing.B) {
+			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
+			topic := benchTopic(b, c)
+			p, err := c.Publisher()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			seq := 0
+			_ = c.Publish(context.Background(), topic, omnibusMessages(1, body, &seq)...) // warm up the producer
+			ms := omnibusMessages(b.N, body, &seq)
+			results := make([]*omnibus.PublishResult, len(ms))
+			b.ResetTimer()
+			for i, m := range ms {
+				if results[i], err = p.Publish(context.Background(), topic, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := p.Flush(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			for _, r := range results {
+				if err := r.Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportRate(b, b.N, rates, "omnibus-async/"+s.name)
+		})
+		b.Run("franz-go-async/"+s.name, func(b *testing.B) {
+			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
+			topic := benchTopic(b, c)
+			cl := rawProducer(b, cluster)
+			seq := 0
+			_ = cl.ProduceSync(context.Background(), rawRecords(topic, 1, body, &seq)...).FirstErr()
+			var failed atomic.Int64
+			b.ResetTimer()
+			// Records are built as they are produced, headers included,
+			// as omnibus's side builds them.
+			for range b.N {
+				r := rawRecords(topic, 1, body, &seq)[0]
+				cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
+					if err != nil {
+						failed.Add(1)
+					}
+				})
+			}
+			if err := cl.Flush(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if n := failed.Load(); n > 0 {
+				b.Fatalf("%d failed", n)
+			}
+			reportRate(b, b.N, rates, "franz-go-async/"+s.name)
 		})
 	}
 	logRatios(b, "publish", rates)
