@@ -41,7 +41,8 @@ func (a *app) benchCmd() *cobra.Command {
 		Long: `bench publishes --count messages of --size bytes while a consumer group
 reads them, through omnibus, and reports publish and consume rates and the
 p50 / p99 end-to-end latency (publish call to handler; the publish time
-travels in a header). Where the transport has a raw-client baseline, bench
+travels in a header). It then publishes --count more messages through a
+Publisher (asynchronous, batches coalesced) and reports that rate too. Where the transport has a raw-client baseline, bench
 runs the same work through the transport's own client in the same run and
 prints the ratio: the same headers, the same publish batches each waiting
 for its acks, the same consumer windows.
@@ -80,6 +81,10 @@ type benchResult struct {
 	PublishMsgsPerS float64 `json:"publish_msgs_per_s"`
 	ConsumeMsgsPerS float64 `json:"consume_msgs_per_s"`
 	PublishMiBPerS  float64 `json:"publish_mib_per_s"`
+	// AsyncPublishMsgsPerS is the rate of the same messages published
+	// through a Publisher (asynchronous, batched), after the consumer
+	// stopped.
+	AsyncPublishMsgsPerS float64 `json:"async_publish_msgs_per_s"`
 	P50Ms           float64 `json:"p50_ms"`
 	P99Ms           float64 `json:"p99_ms"`
 	// The raw-client baseline, absent when the transport has none.
@@ -112,12 +117,12 @@ func (a *app) bench(ctx context.Context, o benchOptions) error {
 			return fmt.Errorf("bench: %w", err)
 		}
 		if exists {
-			return usagef("bench: topic %q exists: its consumer groups would receive bench's %d messages; omit --topic for a fresh one, or add --force", topic, o.count)
+			return usagef("bench: topic %q exists: its consumer groups would receive bench's %d messages; omit --topic for a fresh one, or add --force", topic, 2*o.count)
 		}
 	}
 	res := benchResult{Transport: scheme(a.rawURL), URL: a.urlName(), Topic: topic, Size: o.size, Count: o.count}
 	if !scratch {
-		res.Left = fmt.Sprintf("topic %s (with bench's %d messages) and consumer group %s", topic, o.count, group)
+		res.Left = fmt.Sprintf("topic %s (with bench's %d messages) and consumer group %s", topic, 2*o.count, group)
 	}
 	if err := benchOmnibus(ctx, c, topic, group, o, &res); err != nil {
 		return err
@@ -165,6 +170,7 @@ func printBench(a *app, r benchResult) {
 	fmt.Fprintf(a.stdout, "bench %s  topic %s  %d messages of %d bytes\n", r.URL, r.Topic, r.Count, r.Size)
 	fmt.Fprintf(a.stdout, "  omnibus  publish %10.0f msgs/s (%.1f MiB/s)  consume %10.0f msgs/s  latency p50 %.2f ms  p99 %.2f ms\n",
 		r.PublishMsgsPerS, r.PublishMiBPerS, r.ConsumeMsgsPerS, r.P50Ms, r.P99Ms)
+	fmt.Fprintf(a.stdout, "  omnibus  publish %10.0f msgs/s asynchronously (a Publisher, batches coalesced)\n", r.AsyncPublishMsgsPerS)
 	if r.Left != "" {
 		defer fmt.Fprintf(a.stdout, "  left on the transport: %s\n", r.Left)
 	}
@@ -265,11 +271,48 @@ func benchOmnibus(ctx context.Context, c *omnibus.Client, topic, group string, o
 	if err := stopConsumer(); err != nil {
 		return err
 	}
+	asyncDur, err := benchPublisher(ctx, c, topic, o)
+	if err != nil {
+		return err
+	}
+	res.AsyncPublishMsgsPerS = rate(o.count, asyncDur)
 	res.PublishMsgsPerS = rate(o.count, pubDur)
 	res.PublishMiBPerS = rate(o.count*o.size, pubDur) / (1 << 20)
 	res.ConsumeMsgsPerS = rate(o.count, conDur)
 	res.P50Ms, res.P99Ms = lat.percentiles()
 	return nil
+}
+
+// benchPublisher publishes o.count messages to topic through a Publisher
+// and returns how long it took until the last was confirmed.
+func benchPublisher(ctx context.Context, c *omnibus.Client, topic string, o benchOptions) (time.Duration, error) {
+	p, err := c.Publisher()
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close(context.WithoutCancel(ctx))
+	body := generatedBody(0, o.size)
+	results := make([]*omnibus.PublishResult, o.count)
+	t0 := time.Now()
+	for i := range results {
+		m := &omnibus.Message{Key: "k" + strconv.Itoa(i%64), Headers: map[string]string{headerSent: strconv.FormatInt(time.Now().UnixNano(), 10)}, Body: body}
+		if results[i], err = p.Publish(ctx, topic, m); err != nil {
+			if ctx.Err() != nil {
+				return 0, errInterrupted
+			}
+			return 0, fmt.Errorf("bench: async publish: %w", err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		return 0, errInterrupted
+	}
+	d := time.Since(t0)
+	for _, r := range results {
+		if err := r.Err(); err != nil {
+			return 0, fmt.Errorf("bench: async publish: %w", err)
+		}
+	}
+	return d, nil
 }
 
 // latencies collects end-to-end latencies: from the send time a message

@@ -17,7 +17,7 @@ func benchJSON(t testing.TB, r result) map[string]any {
 	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil || strings.Count(r.stdout, "\n") != 1 {
 		t.Fatalf("output %q is not one JSON object: %v", r.stdout, err)
 	}
-	for _, f := range []string{"transport", "size", "count", "publish_msgs_per_s", "consume_msgs_per_s", "p50_ms", "p99_ms"} {
+	for _, f := range []string{"transport", "size", "count", "publish_msgs_per_s", "async_publish_msgs_per_s", "consume_msgs_per_s", "p50_ms", "p99_ms"} {
 		if _, ok := m[f]; !ok {
 			t.Errorf("JSON lacks %q: %s", f, r.stdout)
 		}
@@ -31,7 +31,7 @@ func TestBenchMemJSON(t *testing.T) {
 	if m["transport"] != "mem" || m["count"] != 500.0 || m["size"] != 64.0 {
 		t.Errorf("JSON %v: want transport mem, count 500, size 64", m)
 	}
-	if m["publish_msgs_per_s"].(float64) <= 0 || m["consume_msgs_per_s"].(float64) <= 0 || m["p99_ms"].(float64) < m["p50_ms"].(float64) {
+	if m["publish_msgs_per_s"].(float64) <= 0 || m["async_publish_msgs_per_s"].(float64) <= 0 || m["consume_msgs_per_s"].(float64) <= 0 || m["p99_ms"].(float64) < m["p50_ms"].(float64) {
 		t.Errorf("implausible numbers: %v", m)
 	}
 	if _, ok := m["raw_publish_msgs_per_s"]; ok {
