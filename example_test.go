@@ -113,3 +113,38 @@ func ExampleClient_SubscribeBatch() {
 	fmt.Println(seen)
 	// Output: [x y z]
 }
+
+// Publish asynchronously: one goroutine keeps many messages in flight,
+// coalesced into batches; each result says whether its message landed.
+func ExampleClient_Publisher() {
+	ctx := context.Background()
+	c, err := omnibus.Open(ctx, "mem://example-publisher")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	p, err := c.Publisher(omnibus.Linger(time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var results []*omnibus.PublishResult
+	for i := range 1000 {
+		r, err := p.Publish(ctx, "orders", &omnibus.Message{Key: fmt.Sprint("customer-", i%10), Body: []byte("{}")})
+		if err != nil {
+			log.Fatal(err) // not queued: invalid, closed, or out of room
+		}
+		results = append(results, r)
+	}
+	if err := p.Close(ctx); err != nil { // publishes what it holds, then waits
+		log.Fatal(err)
+	}
+	failed := 0
+	for _, r := range results {
+		if r.Err() != nil {
+			failed++
+		}
+	}
+	fmt.Println("failed:", failed)
+	// Output: failed: 0
+}
