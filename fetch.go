@@ -176,10 +176,11 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	if l.gone || l.revoking {
 		return // the lane is going away; its next owner reads it again
 	}
+	guarded := m.guardLocked(l, d)
 	// An unordered message without batching gets a slot of its own,
 	// allocated with its entry, already holding it: its worker starts
 	// without taking the lock again.
-	loose := m.k.cfg.ordering == OrderNone && m.k.batch == nil
+	loose := m.k.cfg.ordering == OrderNone && m.k.batch == nil && !guarded
 	var e *entry
 	var s *slot
 	if loose {
@@ -196,6 +197,10 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	e.d, e.lane, e.arrived = d, l, now
 	if d.Attempt > 1 {
 		e.base = d.Attempt - 1
+	}
+	e.begun = d.Attempt > 0
+	if e.base >= m.k.cfg.maxAttempts {
+		m.exhaustLocked(e, now)
 	}
 	fromDelivery(&e.msg, m.k.topic, d)
 	e.size = d.Size()
@@ -219,6 +224,9 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	}
 	switch {
 	case loose:
+	case guarded:
+		s = l.guardSlotLocked()
+		s.queue = append(s.queue, e)
 	case m.k.cfg.ordering == OrderKey:
 		s = l.slotLocked(d.Key)
 		s.queue = append(s.queue, e)
@@ -247,9 +255,14 @@ func (l *lane) slotLocked(key string) *slot {
 }
 
 func (l *lane) dropSlotLocked(s *slot) {
-	if s.loose {
+	switch {
+	case s.loose:
 		delete(l.loose, s)
-	} else if l.slots[s.key] == s {
+	case s.guarded:
+		if l.guard == s {
+			l.guard = nil
+		}
+	case l.slots[s.key] == s:
 		delete(l.slots, s.key)
 	}
 }
