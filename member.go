@@ -129,8 +129,8 @@ type entry struct {
 	msg       Message
 	lane      *lane
 	size      int
-	attempts  int // attempts made by this engine
-	base      int // attempts the transport made before this delivery
+	attempts  int  // attempts made by this engine
+	base      int  // attempts the transport made before this delivery
 	begun     bool // the transport counted this holder's attempt (see guard.go)
 	settled   bool
 	dead      bool // to be dead-lettered: handling is over, publishing it is not
