@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
@@ -61,6 +62,7 @@ func (Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (dr
 	}
 	return &conn{
 		cfg:    cfg,
+		log:    opts.Logger,
 		common: common,
 		admin:  admin,
 		adm:    kadm.NewClient(admin),
@@ -71,6 +73,7 @@ func (Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (dr
 
 type conn struct {
 	cfg    *config
+	log    *slog.Logger
 	common []kgo.Opt
 	admin  *kgo.Client // metadata and admin requests
 	adm    *kadm.Client
