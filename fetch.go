@@ -176,10 +176,11 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	if l.gone || l.revoking {
 		return // the lane is going away; its next owner reads it again
 	}
+	guarded := m.guardLocked(l, d)
 	// An unordered message without batching gets a slot of its own,
 	// allocated with its entry, already holding it: its worker starts
 	// without taking the lock again.
-	loose := m.k.cfg.ordering == OrderNone && m.k.batch == nil
+	loose := m.k.cfg.ordering == OrderNone && m.k.batch == nil && !guarded
 	var e *entry
 	var s *slot
 	if loose {
@@ -190,6 +191,8 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 		s, e = &p.s, &p.e
 		*s = slot{lane: l, loose: true, running: 1, one: [1]*entry{e}}
 		s.queue = s.one[:]
+	} else if guarded {
+		s, e = l.guardSlotLocked(), new(entry)
 	} else if s = m.slotForLocked(l, d.Key); s == nil {
 		// A key without a slot gets one allocated with its entry, its
 		// queue in the slot itself: one allocation for a new key.
@@ -211,6 +214,10 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	e.d, e.lane, e.arrived = d, l, now
 	if d.Attempt > 1 {
 		e.base = d.Attempt - 1
+	}
+	e.begun = d.Attempt > 0
+	if e.base >= m.k.cfg.maxAttempts {
+		m.exhaustLocked(e, now)
 	}
 	fromDelivery(&e.msg, m.k.topic, d)
 	e.size = d.Size()
@@ -257,9 +264,14 @@ func (m *member) slotForLocked(l *lane, key string) *slot {
 }
 
 func (l *lane) dropSlotLocked(s *slot) {
-	if s.loose {
+	switch {
+	case s.loose:
 		delete(l.loose, s)
-	} else if l.slots[s.key] == s {
+	case s.guarded:
+		if l.guard == s {
+			l.guard = nil
+		}
+	case l.slots[s.key] == s:
 		delete(l.slots, s.key)
 	}
 }

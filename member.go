@@ -47,6 +47,7 @@ type member struct {
 	acker     driver.Acker
 	nacker    driver.Nacker
 	committer driver.Committer
+	keeper    driver.AttemptKeeper
 
 	ctx    context.Context // handlers' parent; cancelled by close
 	cancel context.CancelFunc
@@ -97,6 +98,8 @@ type lane struct {
 	cancel   context.CancelFunc
 	slots    map[string]*slot   // by key ("" for the whole lane)
 	loose    map[*slot]struct{} // OrderNone slots waiting for a retry
+	guard    *slot              // the lane's messages one at a time, while guarded (see guard.go)
+	guarding int                // deliveries still to go to guard
 	head     *entry             // oldest entry not yet under the watermark
 	tail     *entry
 	mark     *driver.Delivery // settled watermark not yet committed
@@ -111,6 +114,7 @@ type slot struct {
 	lane    *lane
 	key     string
 	loose   bool
+	guarded bool // the lane's guard slot
 	queue   []*entry
 	running int         // entries at the head of queue being handled
 	active  bool        // queued, run by a worker, or waiting for a retry
@@ -125,8 +129,9 @@ type entry struct {
 	msg       Message
 	lane      *lane
 	size      int
-	attempts  int // attempts made by this engine
-	base      int // attempts the transport made before this delivery
+	attempts  int  // attempts made by this engine
+	base      int  // attempts the transport made before this delivery
+	begun     bool // the transport counted this holder's attempt (see guard.go)
 	settled   bool
 	dead      bool // to be dead-lettered: handling is over, publishing it is not
 	deadTries int  // dead-letter publishes that failed
@@ -159,6 +164,9 @@ func (m *member) bind(sub driver.Subscriber) error {
 	m.sub = sub
 	m.acker, _ = sub.(driver.Acker)
 	m.committer, _ = sub.(driver.Committer)
+	if m.committer != nil {
+		m.keeper, _ = sub.(driver.AttemptKeeper)
+	}
 	if m.acker == nil && m.committer == nil {
 		return fmt.Errorf("driver %T implements neither Ack nor Commit: %w", sub, ErrUnsupported)
 	}
@@ -207,6 +215,9 @@ func (m *member) shutdown(ctx context.Context) (int, error) {
 			if s.wake != nil {
 				driver.Notify(s.wake) // flush a batch waiting to fill
 			}
+		}
+		if s := l.guard; s != nil && s.wake != nil {
+			driver.Notify(s.wake)
 		}
 	}
 	var drained chan struct{}

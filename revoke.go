@@ -166,4 +166,7 @@ func (m *member) dropQueuedLocked(l *lane) {
 	for s := range l.loose {
 		drop(s)
 	}
+	if l.guard != nil {
+		drop(l.guard)
+	}
 }

@@ -100,6 +100,9 @@ func (m *member) run(s *slot) {
 		if batch == nil {
 			return
 		}
+		if s.guarded && !batch[0].begun && !batch[0].dead {
+			m.begin(batch[0]) // may find it exhausted
+		}
 		var latency time.Duration
 		if !batch[0].dead { // a dead letter waiting to land is only published
 			latency = m.invoke(s.lane.ctx, batch)
@@ -123,7 +126,7 @@ func (m *member) take(s *slot) ([]*entry, time.Duration) {
 		return nil, 0
 	}
 	n := 1
-	if m.k.batch != nil && !s.queue[0].dead {
+	if m.k.batch != nil && !s.queue[0].dead && !s.guarded {
 		cfg := &m.k.cfg
 		bytes := s.queue[0].size
 		for n < len(s.queue) && n < cfg.batchCount && !s.queue[n].dead && bytes+s.queue[n].size <= cfg.batchBytes {

@@ -341,6 +341,29 @@ type Committer interface {
 	Commit(ctx context.Context, ds []*Delivery) error
 }
 
+// AttemptKeeper is implemented by a Committer whose transport does not
+// count a message's deliveries across the holders of its lane (a Kafka
+// partition, whoever the group assigns it to). It keeps, where the lane's
+// next holder finds it, how many holders began handling the lane's first
+// unsettled message without settling it, so that a message whose handler
+// crashes its process each time is dead-lettered after MaxAttempts
+// processes instead of never.
+//
+// The driver records a claim itself: the first delivery of a claimed lane
+// at its committed position gets Attempt = the holders that began it
+// before, plus one (this one, recorded before Receive returns it). Other
+// deliveries have Attempt 0. When a delivery's Attempt is above 1, the
+// engine guards the lane for a while: it hands out the lane's messages
+// one at a time, commits the lane up to each before it runs, and calls
+// Begin for each, so that a process that dies leaves the committed
+// position on the message that killed it, with its count.
+type AttemptKeeper interface {
+	// Begin records that d, the lane's committed position (every earlier
+	// delivery of the lane is settled and committed), is about to be
+	// handled, and returns how many holders began it, this one included.
+	Begin(ctx context.Context, d *Delivery) (int, error)
+}
+
 // LagReader reports the group's lag per lane: every lane of the topic the
 // transport can tell about, and at least the lanes this member holds.
 type LagReader interface {

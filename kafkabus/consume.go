@@ -49,6 +49,7 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		joined:    make(chan struct{}),
 		owned:     map[int32]bool{},
 		revokedAt: map[int32]uint64{},
+		heads:     map[int32]head{},
 	}
 	kopts := slices.Concat(c.common, c.cfg.consumerOpts(topic, opts), []kgo.Opt{
 		kgo.OnPartitionsAssigned(s.onAssigned),
@@ -111,6 +112,7 @@ type sub struct {
 	mu         sync.Mutex
 	owned      map[int32]bool   // partitions the member may commit
 	revokedAt  map[int32]uint64 // partition -> epoch of its last revocation
+	heads      map[int32]head   // the committed offsets of owned partitions (attempts.go)
 	epoch      uint64
 	interrupt  context.CancelFunc // ends the PollRecords of a Receive in progress
 	partitions int                // partition count at the last Lag read
@@ -129,7 +131,7 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 	epoch := s.epoch
 	s.mu.Unlock()
 	if len(s.carry) > 0 {
-		return s.fit(room), nil
+		return s.fit(ctx, room), nil
 	}
 	for {
 		pctx, cancel := context.WithCancel(ctx)
@@ -167,7 +169,7 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 				s.carry = append(s.carry, carried{r, epoch})
 			}
 		})
-		if ds := s.fit(room); len(ds) > 0 || len(s.carry) > 0 || interrupted {
+		if ds := s.fit(ctx, room); len(ds) > 0 || len(s.carry) > 0 || interrupted {
 			// After a revocation the engine wants the Receive back at
 			// once, even empty.
 			return ds, nil
@@ -190,8 +192,9 @@ type carried struct {
 
 // fit takes from carry the deliveries that fit in room, in order. A
 // record polled while its partition was revoked belongs to the old claim
-// and is dropped: the next owner reads it again.
-func (s *sub) fit(room driver.Room) []*driver.Delivery {
+// and is dropped: the next owner reads it again. The first delivery of a
+// claim at the committed offset records the claim (see claim).
+func (s *sub) fit(ctx context.Context, room driver.Room) []*driver.Delivery {
 	var ds []*driver.Delivery
 	bytes, i := 0, 0
 	s.mu.Lock()
@@ -212,6 +215,9 @@ func (s *sub) fit(room driver.Room) []*driver.Delivery {
 	rest := copy(s.carry, s.carry[i:])
 	clear(s.carry[rest:])
 	s.carry = s.carry[:rest]
+	for _, d := range ds {
+		s.claim(ctx, d)
+	}
 	return ds
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
@@ -79,6 +80,7 @@ func (d Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (
 	}
 	return &conn{
 		cfg:    cfg,
+		log:    opts.Logger,
 		common: common,
 		admin:  admin,
 		adm:    kadm.NewClient(admin),
@@ -89,6 +91,7 @@ func (d Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (
 
 type conn struct {
 	cfg    *config
+	log    *slog.Logger
 	common []kgo.Opt
 	admin  *kgo.Client // metadata and admin requests
 	adm    *kadm.Client

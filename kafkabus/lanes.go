@@ -32,8 +32,14 @@ func (s *sub) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[strin
 		return
 	}
 	slices.Sort(ps)
-	if s.start == driver.StartLatest {
-		s.pinStart(ctx, cl, ps)
+	fctx, cancel := context.WithTimeout(ctx, s.conn.cfg.requestTimeout)
+	committed, err := s.conn.adm.FetchOffsets(fctx, s.group)
+	cancel()
+	if err == nil {
+		if s.start == driver.StartLatest {
+			s.pinStart(ctx, cl, ps, committed)
+		}
+		s.noteHeads(committed, ps)
 	}
 	s.mu.Lock()
 	for _, p := range ps {
@@ -52,14 +58,10 @@ func (s *sub) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[strin
 // stable: a member that fails before its first commit does not make the
 // next owner skip what arrived in between. Failures leave kgo's reset
 // offset (the end) in charge.
-func (s *sub) pinStart(ctx context.Context, cl *kgo.Client, ps []int32) {
+func (s *sub) pinStart(ctx context.Context, cl *kgo.Client, ps []int32, committed kadm.OffsetResponses) {
 	ctx, cancel := context.WithTimeout(ctx, s.conn.cfg.requestTimeout)
 	defer cancel()
 	adm := s.conn.adm
-	committed, err := adm.FetchOffsets(ctx, s.group)
-	if err != nil {
-		return
-	}
 	any := false
 	var missing []int32
 	for _, p := range ps {
@@ -152,6 +154,7 @@ func (s *sub) disown(ps []int32) {
 	s.mu.Lock()
 	for _, p := range ps {
 		delete(s.owned, p)
+		delete(s.heads, p)
 	}
 	s.mu.Unlock()
 	s.gate.Unlock()

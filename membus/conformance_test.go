@@ -16,14 +16,26 @@ var busSeq atomic.Int64
 // deadline, no group state apart from the bus, and commits that do not
 // fail: the harness declares none of the hooks that need them.
 func TestConformance(t *testing.T) {
-	transporttest.Run(t, transporttest.Harness{
+	transporttest.Run(t, harness(t))
+}
+
+// TestFaults runs the fault suite: the rebalance storm. A bus lives in
+// its process: it has no URL for other processes and no server to
+// restart, and those tests say so.
+func TestFaults(t *testing.T) {
+	transporttest.RunFaults(t, harness)
+}
+
+func harness(*testing.T) transporttest.Harness {
+	name := fmt.Sprintf("mem://conformance-%d", busSeq.Add(1))
+	return transporttest.Harness{
 		Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
-			// One bus per top-level run: clients opened with the same name share it.
-			c, err := omnibus.Open(ctx, fmt.Sprintf("mem://conformance-%d", busSeq.Load()))
+			// Clients opened with the same name share one bus.
+			c, err := omnibus.Open(ctx, name)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return c
 		},
-	})
+	}
 }

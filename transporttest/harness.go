@@ -21,6 +21,21 @@ type Harness struct {
 	// clients, as separate processes would) and closes what it opens.
 	Open func(ctx context.Context, t testing.TB) *omnibus.Client
 
+	// URL is the URL Open connects with, for RunFaults's child processes
+	// (consumers the tests kill, or that crash): they open it with
+	// omnibus.Open in a process of their own. Transports whose state
+	// lives in the test's process (membus) leave it empty, and those
+	// tests are skipped, naming it.
+	URL string
+
+	// AttemptsCountDeliveries says that the transport's count of a
+	// message's attempts, which the engine dead-letters by, counts
+	// deliveries: a message a crashed process held but never ran counts
+	// too (JetStream's NumDelivered, RabbitMQ's x-delivery-count). The
+	// poison test then allows messages held with a crash-looping one to
+	// be dead-lettered with it, and counts them.
+	AttemptsCountDeliveries bool
+
 	// Lanes is the number of lanes the suite asks for when it creates a
 	// topic (Client.CreateTopic). Default: 4. Transports whose lane count
 	// is fixed by the URL set it to that count.

@@ -1,0 +1,161 @@
+package kafkabus
+
+// Attempts across holders (driver.AttemptKeeper): Kafka counts no
+// deliveries, so the group's committed offset of a partition carries, in
+// its commit metadata, how many holders began the record at that offset
+// without settling it ("omnibus-begun <offset> <holders>"). A member reads
+// it when it claims the partition (onAssigned), records its own claim
+// when the record at the committed offset is first delivered (Receive),
+// and records each record the engine begins while it guards the lane
+// (Begin). Any other commit moves the offset and drops the record. The
+// heads are guarded by sub.mu; the commits run on the caller's goroutine
+// with sub.gate held shared, as Commit's do.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+const begunPrefix = "omnibus-begun "
+
+// head is what a member knows of a partition's committed offset: the
+// offset, how many holders began its record, and whether this member
+// still has to record its own claim (at the first delivery).
+type head struct {
+	offset int64
+	begun  int
+	claim  bool
+}
+
+// begunMeta is the commit metadata saying that n holders began the
+// record at offset.
+func begunMeta(offset int64, n int) string {
+	return begunPrefix + strconv.FormatInt(offset, 10) + " " + strconv.Itoa(n)
+}
+
+// parseBegun reads commit metadata: the holders that began the record at
+// offset, or 0 when the metadata is about another offset, or none of
+// omnibus's.
+func parseBegun(meta string, offset int64) int {
+	rest, ok := strings.CutPrefix(meta, begunPrefix)
+	if !ok {
+		return 0
+	}
+	at, n, ok := strings.Cut(rest, " ")
+	if !ok {
+		return 0
+	}
+	o, err1 := strconv.ParseInt(at, 10, 64)
+	c, err2 := strconv.Atoi(n)
+	if err1 != nil || err2 != nil || o != offset || c < 0 {
+		return 0
+	}
+	return c
+}
+
+// noteHeads records, for the partitions ps just claimed, the group's
+// committed offsets and what their metadata says was begun there.
+func (s *sub) noteHeads(committed kadm.OffsetResponses, ps []int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range ps {
+		o, ok := committed.Lookup(s.topic, p)
+		if !ok || o.Err != nil || o.At < 0 {
+			delete(s.heads, p)
+			continue
+		}
+		s.heads[p] = head{offset: o.At, begun: parseBegun(o.Metadata, o.At), claim: true}
+	}
+}
+
+// claim records this member's claim of d's record when d is the first
+// delivery of its partition at the committed offset, and gives d its
+// Attempt: the holders that began it, this one included. Other
+// deliveries are left alone. A failed record leaves d uncounted (Attempt
+// 0): the count is a safeguard, not a reason to stop.
+func (s *sub) claim(ctx context.Context, d *driver.Delivery) {
+	pos := d.Token.(position)
+	s.mu.Lock()
+	h, ok := s.heads[pos.partition]
+	if !ok || !h.claim {
+		s.mu.Unlock()
+		return
+	}
+	h.claim = false
+	s.heads[pos.partition] = h
+	s.mu.Unlock()
+	if pos.offset != h.offset {
+		return // the committed offset was out of range: nothing began here
+	}
+	n, err := s.record(ctx, pos, h.begun+1)
+	if err != nil {
+		s.conn.log.Warn("recording a partition claim's first record failed; it runs uncounted", "topic", s.topic, "partition", pos.partition, "err", err)
+		return
+	}
+	d.Attempt = n
+}
+
+// Begin implements driver.AttemptKeeper: d's offset is the committed
+// offset (the engine committed the lane up to it), so it records one
+// more holder beginning it.
+func (s *sub) Begin(ctx context.Context, d *driver.Delivery) (int, error) {
+	pos, ok := d.Token.(position)
+	if !ok {
+		return 0, fmt.Errorf("kafkabus: begin %q: delivery of lane %q is not from kafkabus: %w", s.topic, d.Lane, driver.ErrInvalid)
+	}
+	s.mu.Lock()
+	h := s.heads[pos.partition]
+	s.mu.Unlock()
+	n := 1
+	if h.offset == pos.offset {
+		n = h.begun + 1
+	}
+	return s.record(ctx, pos, n)
+}
+
+// record commits pos's offset with the metadata saying that n holders
+// began it, as this member of the group's current generation.
+func (s *sub) record(ctx context.Context, pos position, n int) (int, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	s.mu.Lock()
+	owned := s.owned[pos.partition]
+	s.mu.Unlock()
+	if !owned {
+		return 0, fmt.Errorf("kafkabus: begin %q partition %d: %w", s.topic, pos.partition, ErrNotOwner)
+	}
+	member, generation := s.cl.GroupMetadata()
+	meta := begunMeta(pos.offset, n)
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation, req.MemberID = s.group, generation, member
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = s.topic
+	rp := kmsg.NewOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = pos.partition, pos.offset, pos.epoch, &meta
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err == nil {
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				err = errors.Join(err, kerr.ErrorForCode(p.ErrorCode))
+			}
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kafkabus: begin %q partition %d group %q: %w", s.topic, pos.partition, s.group, classify(err))
+	}
+	s.mu.Lock()
+	s.heads[pos.partition] = head{offset: pos.offset, begun: n}
+	s.mu.Unlock()
+	return n, nil
+}
