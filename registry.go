@@ -95,7 +95,7 @@ func parseURL(raw string) (*url.URL, url.Values, error) {
 		if errors.As(err, &uerr) {
 			reason = uerr.Err
 		}
-		return nil, nil, fmt.Errorf("omnibus: malformed URL %q: %s: %w", RedactURL(raw), Redact(reason.Error(), raw), ErrInvalid)
+		return nil, nil, fmt.Errorf("omnibus: malformed URL %q: %s: %w", RedactURL(raw), redact.Reason(reason.Error(), raw), ErrInvalid)
 	}
 	if u.Scheme == "" {
 		return nil, nil, fmt.Errorf("omnibus: URL %q has no scheme (want e.g. kafka://host:9092): %w", RedactURL(raw), ErrInvalid)

@@ -6,6 +6,7 @@ package redact
 import (
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -34,22 +35,68 @@ func URL(raw string) string {
 }
 
 // Text returns s with rawURL's credentials hidden wherever they appear:
-// rawURL itself becomes URL(rawURL), then every remaining occurrence of
-// a secret (the password, or a user info without one), as written in
-// rawURL, decoded, or escaped, becomes Mask (a secret shorter than 6
+// rawURL itself (as written or Go-quoted) becomes URL(rawURL), then
+// every remaining occurrence of a secret (the password, or a user info
+// without one), as written in rawURL, decoded, escaped or Go-quoted,
+// becomes Mask (a secret shorter than 6
 // bytes only where it is not part of a longer word). Client libraries that quote
 // a URL or a password in their errors are made safe with it.
 func Text(s, rawURL string) string {
 	if rawURL == "" || s == "" {
 		return s
 	}
-	if strings.Contains(s, rawURL) {
-		s = strings.ReplaceAll(s, rawURL, URL(rawURL))
+	for _, form := range []string{rawURL, quoted(rawURL)} {
+		if strings.Contains(s, form) {
+			s = strings.ReplaceAll(s, form, URL(form))
+		}
 	}
 	for _, secret := range Secrets(rawURL) {
 		s = replaceSecret(s, secret)
 	}
 	return s
+}
+
+// quoted is s as it stands between the quotes of %q (strconv.Quote):
+// control characters, quotes and backslashes escaped.
+func quoted(s string) string {
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
+// Reason returns a parser's reason for refusing rawURL safe to show:
+// Text, and then every Go-quoted piece of it that is part of rawURL's
+// user info but not shown by URL(rawURL) hidden whole. url.Parse quotes
+// the piece it refuses, which may be the part of a password before a
+// "/" (read as a port: invalid port ":pass"), no whole secret that Text
+// would find.
+func Reason(s, rawURL string) string {
+	s = Text(s, rawURL)
+	infos := userInfos(rawURL)
+	if len(infos) == 0 || !strings.Contains(s, `"`) {
+		return s
+	}
+	shown := URL(rawURL)
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		q, err := strconv.QuotedPrefix(s[i:])
+		if err != nil {
+			b.WriteByte('"')
+			s = s[i+1:]
+			continue
+		}
+		s = s[i+len(q):]
+		v, _ := strconv.Unquote(q)
+		if v != "" && !strings.Contains(shown, v) && slices.ContainsFunc(infos, func(info string) bool { return strings.Contains(info, v) }) {
+			q = strconv.Quote(Mask)
+		}
+		b.WriteString(q)
+	}
 }
 
 // shortSecret is the length under which a secret is hidden only where it
@@ -92,17 +139,8 @@ func isWordByte(c byte) bool {
 // has no user info. Where the URL has several "@", the user info could
 // end at any of them: the secret of each reading is included.
 func Secrets(rawURL string) []string {
-	prefix, _, _, ok := split(rawURL)
-	if !ok {
-		return nil
-	}
 	var forms []string
-	rest := rawURL[len(prefix):]
-	for i := range len(rest) {
-		if rest[i] != '@' {
-			continue
-		}
-		secret := rest[:i]
+	for _, secret := range readings(rawURL) {
 		if user, pass, hasPass := strings.Cut(secret, ":"); hasPass && pass != "" {
 			secret = pass
 		} else if hasPass {
@@ -120,7 +158,7 @@ func Secrets(rawURL string) []string {
 		}
 	}
 	for _, f := range slices.Clone(forms) {
-		forms = append(forms, url.PathEscape(f), url.QueryEscape(f), (&url.URL{User: url.User(f)}).String()[2:])
+		forms = append(forms, url.PathEscape(f), url.QueryEscape(f), (&url.URL{User: url.User(f)}).String()[2:], quoted(f))
 	}
 	var out []string
 	for _, f := range forms {
@@ -131,6 +169,37 @@ func Secrets(rawURL string) []string {
 	}
 	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
+}
+
+// readings returns the user info of rawURL as it reads when it ends at
+// each "@" after the scheme: a parser may take any of them.
+func readings(rawURL string) []string {
+	prefix, _, _, ok := split(rawURL)
+	if !ok {
+		return nil
+	}
+	var infos []string
+	rest := rawURL[len(prefix):]
+	for i := range len(rest) {
+		if rest[i] == '@' {
+			infos = append(infos, rest[:i])
+		}
+	}
+	return infos
+}
+
+// userInfos returns rawURL's longest user info, as written and decoded.
+func userInfos(rawURL string) []string {
+	r := readings(rawURL)
+	if len(r) == 0 {
+		return nil
+	}
+	info := r[len(r)-1]
+	infos := []string{info}
+	if dec, err := url.PathUnescape(info); err == nil && dec != info {
+		infos = append(infos, dec)
+	}
+	return infos
 }
 
 // split cuts raw into the part before the user info (scheme, ":" and any

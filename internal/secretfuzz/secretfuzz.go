@@ -1,0 +1,63 @@
+// Package secretfuzz builds the URLs of the fuzz targets that check that
+// no error shows a credential: a URL whose password (or token) carries
+// Marker, in any of the shapes credentials get typed in (one slash or
+// none after the scheme, "/", "?", "#", "@" or "%" inside the password,
+// odd schemes, hosts and queries). A password may be cut anywhere by a
+// parser, so Marker sits inside it, between two fuzzed parts: an error
+// that shows it shows the password's middle. Only tests import it.
+package secretfuzz
+
+import (
+	"strings"
+	"testing"
+)
+
+// Marker is the part of every fuzzed password that no error may show.
+// Letters and digits only, so that no escaping changes it.
+const Marker = "Zq7Secret"
+
+// URL returns scheme ":" slashes userinfo "@" rest, where userinfo is
+// user ":" pass1 Marker pass2, or, for a token, pass1 Marker pass2
+// alone. ok is false when a part holds Marker itself (or most of it), as
+// then an error could show it without showing the password, and for a
+// token with a ":" in it, which is a user name and a password.
+func URL(scheme string, slashes uint8, user, pass1, pass2, rest string, token bool) (raw string, ok bool) {
+	for _, part := range []string{scheme, user, pass1, pass2, rest} {
+		if strings.Contains(strings.ToLower(part), strings.ToLower(Marker[2:])) {
+			return "", false
+		}
+	}
+	info := user + ":" + pass1 + Marker + pass2
+	if token {
+		if strings.Contains(pass1+pass2, ":") {
+			return "", false // user:password, whatever was meant
+		}
+		info = pass1 + Marker + pass2
+	}
+	return scheme + ":" + strings.Repeat("/", int(slashes%4)) + info + "@" + rest, true
+}
+
+// Check fails t when text shows Marker, naming what showed it.
+func Check(t *testing.T, what, raw, text string) {
+	t.Helper()
+	if strings.Contains(text, Marker) {
+		t.Errorf("%s shows the password of %q: %s", what, raw, text)
+	}
+}
+
+// Seed adds the shapes every URL fuzz target starts from, for a target
+// taking (scheme, slashes, user, pass1, pass2, rest, token).
+func Seed(f *testing.F, schemes ...string) {
+	for _, s := range schemes {
+		f.Add(s, uint8(2), "alice", "pw", "", "127.0.0.1:1/", false)
+		f.Add(s, uint8(2), "alice", "p/w", "", "127.0.0.1:1/x?a=b", false)          // "/" in a password
+		f.Add(s, uint8(2), "alice", "x", "y/z", "127.0.0.1:1", false)               // the password cut before "/"
+		f.Add(s, uint8(1), "alice", "pw", "", "127.0.0.1:1", false)                 // one slash
+		f.Add(s, uint8(0), "alice", "pw", "", "127.0.0.1:1", false)                 // none
+		f.Add(s, uint8(3), "", "tok", "en", "127.0.0.1:1", true)                    // a token, three slashes
+		f.Add(s, uint8(2), "", "t?o", "k#en", "h:1?x=@y", true)                     // "?" and "#" in a token, "@" in the query
+		f.Add(s, uint8(2), "al@ice", "p@w", "%zz", "h:1", false)                    // "@" and a bad escape
+		f.Add(s, uint8(2), "alice", "p\x01", "\"w", "h:1", false)                   // a control character and a quote
+		f.Add(s, uint8(2), "alice", "pw", "", "h1:1,h2:2?tls_server_name=%", false) // a bad query
+	}
+}
