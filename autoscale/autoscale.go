@@ -1,33 +1,71 @@
-// Package autoscale sizes a consumer group from its lag.
+// Package autoscale sizes a consumer group from its lag, in messages or in
+// time, across every process of the group.
 //
-// A Controller samples a consumer's lag and per-lane progress at a fixed
-// interval and sets the number of group members running in the process
-// (omnibus.Consumer.Scale): more when the lag per member is above the
-// target, fewer when it has stayed below for a while.
+// A Controller samples the group's lag and progress at a fixed interval
+// and decides how many members the group needs. It acts in one of two
+// ways:
 //
-//	k, _ := c.Subscribe(ctx, "orders", handle, omnibus.Group("billing"))
-//	ctl, _ := autoscale.New(k, autoscale.Policy{TargetLag: 1000, Max: 12})
-//	go ctl.Run(ctx)
-//	k.Run(ctx)
+//   - New: it scales the members running in this process
+//     (omnibus.Consumer.Scale) to this process's share of what the group
+//     needs. Every process of the group may run one; they do not add up
+//     to twice the need.
 //
-// The lag is what the transport reports: records on Kafka and membus,
-// messages pending on brokers; TargetLag is in the same unit.
+//   - NewGroup: it scales nothing and publishes the group's desired member
+//     count (Desired, Policy.OnDecision) for an orchestrator: package
+//     autoscale/keda serves it to KEDA as an external scaler, and a
+//     Prometheus gauge can export it for the Horizontal Pod Autoscaler.
+//
+//     k, _ := c.Subscribe(ctx, "orders", handle, omnibus.Group("billing"))
+//     ctl, _ := autoscale.New(k, autoscale.Policy{TargetLag: 1000, TargetAge: time.Minute})
+//     go ctl.Run(ctx)
+//     k.Run(ctx)
+//
+// # Targets
+//
+// TargetLag is a lag per member, in the transport's unit (records on
+// Kafka and membus, messages pending on brokers): the group needs the lag
+// of its progressing lanes divided by TargetLag, rounded up. TargetAge is
+// how long the oldest unsettled message of a lane may wait: the group
+// needs its members times the oldest age over TargetAge, rounded up (a
+// proportional step, as the Horizontal Pod Autoscaler takes), except that
+// an age that fell since the last sample asks for no more members: the
+// group is catching up, and the oldest message keeps aging until its turn
+// comes. Given both, the larger need wins. TargetAge needs a transport
+// that reports ages (Capabilities.Age); a lane whose age is unknown holds
+// the size, as an unknown lag does.
+//
+// # The group's view
+//
+// The controller reads the lag of every lane of the group (Consumer.Lag
+// reports them all, whoever holds them) and, where the transport counts
+// them (driver.GroupMembersReader: Kafka's group, JetStream's leases,
+// RabbitMQ's queue consumers), the members of every process. A lane
+// progresses when this process settled on it since the previous sample,
+// when its committed position rose (LaneLag.Committed) or when its lag
+// fell, so a lane another process holds and works is never stalled for
+// lack of progress here, and each lane's lag counts once for the group.
+// A process running New takes its share of the group's need: the need
+// times its members over the group's, rounded to the nearest (a half
+// rounds up in the process holding the group's first lane alone, so two
+// processes split an odd need exactly); at least one member. Without a
+// member count from the transport, the controller sees one process, as if
+// the group lived here alone.
 //
 // # Policy
 //
 //   - Never more members than lanes where the transport caps parallelism
 //     (a partition is read by one member); a log line says when the cap,
-//     not the target, limits the size.
+//     not the target, limits the size. Min and Max bound the group.
 //   - Up quickly, in one step to the size the lag asks for; down slowly,
 //     after the lag has asked for fewer for DownDelay, to the largest size
 //     asked for during that time. Each change causes a rebalance, so fewer,
 //     larger steps are preferred.
 //   - A lane's lag asks for more members once the lane is seen to
-//     progress between samples. A lane with lag that has not progressed
-//     for StallAfter samples is stalled (a poison message, a dead
-//     dependency): more members would not help, so its lag does not ask
-//     for more. It still keeps the group from shrinking: a lane that is
-//     changing hands looks stalled for a moment too.
+//     progress. A lane with lag that has not progressed for StallAfter
+//     samples is stalled (a poison message, a dead dependency): more
+//     members would not help, so its lag does not ask for more. It still
+//     keeps the group from shrinking: a lane that is changing hands looks
+//     stalled for a moment too.
 //   - A lag read that fails, or a lane whose lag is unknown, holds the
 //     current size: unknown is never read as zero.
 //
@@ -36,7 +74,12 @@
 //
 // Every decision is logged with its inputs and passed to
 // Policy.OnDecision, so metrics can export the lag, the member count and
-// the decisions, and an external autoscaler can use the same signal.
+// the decisions.
+//
+// # Concurrency
+//
+// Run (or Step) samples and decides on one goroutine; Desired and Watch
+// may be called from any.
 package autoscale
 
 import (
@@ -45,13 +88,14 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/omnibus-go/omnibus"
 )
 
-// Target is what a Controller sizes. *omnibus.Consumer implements it.
+// Target is what a Controller made by New sizes. *omnibus.Consumer
+// implements it.
 type Target interface {
 	Members() int
 	Scale(ctx context.Context, n int) error
@@ -60,16 +104,31 @@ type Target interface {
 	Capabilities() omnibus.Capabilities
 }
 
-// Policy configures a Controller. Only TargetLag is required.
+// GroupTarget is a Target that can count the members of its whole group,
+// in every process. *omnibus.Consumer implements it; on a transport that
+// cannot count them GroupMembers fails and the controller sees one
+// process.
+type GroupTarget interface {
+	Target
+	GroupMembers(ctx context.Context) (int, error)
+}
+
+// Policy configures a Controller. TargetLag, TargetAge or both are
+// required.
 type Policy struct {
 	// TargetLag is the lag one member should carry, in the transport's
-	// lag unit. The desired size is the lag of lanes that progress divided
-	// by TargetLag, rounded up. Required.
+	// lag unit. The group needs the lag of lanes that progress divided by
+	// TargetLag, rounded up.
 	TargetLag int64
-	// Min is the fewest members. Default: 1.
+	// TargetAge is how long the oldest unsettled message of a lane may
+	// wait. The group needs its members times the oldest age of lanes
+	// that progress over TargetAge, rounded up. It needs a transport that
+	// reports ages (Capabilities.Age).
+	TargetAge time.Duration
+	// Min is the fewest members of the group. Default: 1.
 	Min int
-	// Max is the most members. Default: the lane count where the
-	// transport caps parallelism, else 8.
+	// Max is the most members of the group. Default: the lane count where
+	// the transport caps parallelism, else 8.
 	Max int
 	// Interval is how often lag is sampled. Default: 5s.
 	Interval time.Duration
@@ -83,21 +142,38 @@ type Policy struct {
 	StallAfter int
 	// Logger receives a record per decision. Default: slog.Default().
 	Logger *slog.Logger
-	// OnDecision, when set, receives every decision.
+	// OnDecision, when set, receives every decision, on the goroutine
+	// running Run or Step.
 	OnDecision func(Decision)
 }
 
 // Decision is one evaluation of the policy.
 type Decision struct {
-	Time    time.Time
+	Time time.Time
+	// Current and Desired are the members this controller sizes: this
+	// process's (New) or the group's (NewGroup).
 	Current int
 	Desired int
 	// Action is "up", "down" or "hold".
 	Action string
 	Reason string
+	// Group is the group's members in every process, as the transport
+	// counts them; -1 when it cannot.
+	Group int
+	// GroupDesired is what the group's lag asks for, before cooldowns:
+	// Desired is this process's share of it (New), or it after the
+	// cooldowns (NewGroup).
+	GroupDesired int
+	// Active is true when the group has work: a lane with lag, or a lane
+	// whose lag is unknown. An orchestrator that scales to zero starts the
+	// group's first process on it.
+	Active bool
 	// Lag is the total lag of the lanes that progress; Stalled lanes are
 	// left out of it.
-	Lag     int64
+	Lag int64
+	// Age is the oldest age of the lanes that progress and have lag;
+	// zero when none has, or the transport reports no ages.
+	Age     time.Duration
 	Cap     int
 	Lanes   []LaneSample
 	Stalled []string
@@ -105,34 +181,85 @@ type Decision struct {
 
 // LaneSample is one lane as the controller saw it.
 type LaneSample struct {
-	Lane    string
-	Lag     int64
-	Known   bool
-	Settled int64 // messages settled so far on the lane
-	Stalled bool
+	Lane     string
+	Lag      int64
+	Known    bool
+	Age      time.Duration
+	AgeKnown bool
+	// Local is true when a member of this process holds the lane.
+	Local bool
+	// Settled counts the messages this process settled on the lane so
+	// far (omnibus.LaneStats.Settled); 0 outside the group.
+	Settled int64
+	// Committed is the group's position on the lane, where the transport
+	// tells (omnibus.LaneLag.Committed).
+	Committed int64
+	Stalled   bool
 }
 
-// Controller runs the policy against one Target.
+// Controller runs the policy against one Target, or one group.
 type Controller struct {
-	t      Target
 	p      Policy
 	logger *slog.Logger
+	read   func(ctx context.Context) (view, error)
+	scale  func(ctx context.Context, n int) error // nil: publish only
 
 	// Owned by Run's goroutine.
-	history   map[string][]int64 // settled counts of the last samples per lane
+	history   map[string][]point // the last samples per lane
 	lastUp    time.Time
 	downSince time.Time
 	downMax   int
+	prevAge   time.Duration
+	published int // the last Desired of a publishing controller
+
+	mu      sync.Mutex // guards last and next
+	last    Decision
+	decided bool
+	next    chan struct{} // closed at the next decision
 }
 
-// New returns a controller for t. It validates the policy and fills its
-// defaults.
+// New returns a controller that scales t's members in this process to
+// this process's share of what the group needs. It validates the policy
+// and fills its defaults.
 func New(t Target, p Policy) (*Controller, error) {
 	if t == nil {
 		return nil, fmt.Errorf("autoscale: nil target: %w", omnibus.ErrInvalid)
 	}
-	if p.TargetLag <= 0 {
-		return nil, fmt.Errorf("autoscale: TargetLag must be positive, got %d: %w", p.TargetLag, omnibus.ErrInvalid)
+	c, err := newController(p, t.Capabilities())
+	if err != nil {
+		return nil, err
+	}
+	c.read = func(ctx context.Context) (view, error) { return readTarget(ctx, t) }
+	c.scale = t.Scale
+	return c, nil
+}
+
+// NewGroup returns a controller that reads group's lag on topic and its
+// members through client, from outside the group (Client.Lag,
+// Client.Members), and scales nothing: it publishes the group's desired
+// member count, after the policy's cooldowns, through Desired, Watch and
+// Policy.OnDecision, for an orchestrator that runs the group's processes.
+// The transport must read a group's lag from outside the group.
+func NewGroup(client *omnibus.Client, topic, group string, p Policy) (*Controller, error) {
+	if client == nil || topic == "" || group == "" {
+		return nil, fmt.Errorf("autoscale: NewGroup needs a client, a topic and a group: %w", omnibus.ErrInvalid)
+	}
+	c, err := newController(p, client.Capabilities())
+	if err != nil {
+		return nil, err
+	}
+	c.read = func(ctx context.Context) (view, error) { return readGroup(ctx, client, topic, group) }
+	return c, nil
+}
+
+func newController(p Policy, caps omnibus.Capabilities) (*Controller, error) {
+	switch {
+	case p.TargetLag < 0 || p.TargetAge < 0:
+		return nil, fmt.Errorf("autoscale: TargetLag %d and TargetAge %v must not be negative: %w", p.TargetLag, p.TargetAge, omnibus.ErrInvalid)
+	case p.TargetLag == 0 && p.TargetAge == 0:
+		return nil, fmt.Errorf("autoscale: set TargetLag, TargetAge or both: %w", omnibus.ErrInvalid)
+	case p.TargetAge > 0 && !caps.Age:
+		return nil, fmt.Errorf("autoscale: TargetAge: the transport reports no ages of lanes; use TargetLag: %w", omnibus.ErrUnsupported)
 	}
 	if p.Min == 0 {
 		p.Min = 1
@@ -163,7 +290,7 @@ func New(t Target, p Policy) (*Controller, error) {
 	if p.Logger == nil {
 		p.Logger = slog.Default()
 	}
-	return &Controller{t: t, p: p, logger: p.Logger, history: map[string][]int64{}}, nil
+	return &Controller{p: p, logger: p.Logger, history: map[string][]point{}, next: make(chan struct{})}, nil
 }
 
 // Run evaluates the policy every Interval until ctx ends, and returns
@@ -172,132 +299,62 @@ func (c *Controller) Run(ctx context.Context) error {
 	tick := time.NewTicker(c.p.Interval)
 	defer tick.Stop()
 	for {
+		if err := c.Step(ctx); errors.Is(err, omnibus.ErrClosed) {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
-		if err := c.Step(ctx); errors.Is(err, omnibus.ErrClosed) {
-			return nil
-		}
 	}
 }
 
-// Step samples the target once, decides, and scales. Run calls it every
-// Interval; tests and custom loops may call it directly.
+// Step samples once, decides, and scales (New) or publishes (NewGroup).
+// It returns the error of a scaling, or one wrapping ErrClosed when the
+// target is closed; a lag read that fails holds the size, and the
+// decision says why. Run calls it every Interval; tests and custom loops
+// may call it directly.
 func (c *Controller) Step(ctx context.Context) error {
 	now := time.Now()
-	d := c.decide(ctx, now)
-	var err error
-	if d.Action != "hold" {
-		if err = c.t.Scale(ctx, d.Desired); err != nil {
+	v, err := c.read(ctx)
+	d := c.decide(v, err, now)
+	if !errors.Is(err, omnibus.ErrClosed) {
+		err = nil // a failed read holds the size; the decision says why
+	}
+	if d.Action != "hold" && c.scale != nil {
+		if err = c.scale(ctx, d.Desired); err != nil {
 			d.Reason += "; scale failed: " + err.Error()
 		}
+	}
+	if c.scale == nil {
+		c.published = d.Desired
 	}
 	c.report(d)
 	return err
 }
 
-func (c *Controller) decide(ctx context.Context, now time.Time) Decision {
-	current := c.t.Members()
-	d := Decision{Time: now, Current: current, Desired: current, Action: "hold"}
-	lags, err := c.t.Lag(ctx)
-	if err != nil {
-		d.Reason = "lag unknown (" + err.Error() + "): holding"
-		return d
-	}
-	settled := map[string]int64{}
-	for _, l := range c.t.Stats().Lanes {
-		settled[l.Lane] = l.Settled
-	}
-	d.Cap = c.p.Max
-	if c.t.Capabilities().ExclusiveLanes && (d.Cap == 0 || len(lags) < d.Cap) {
-		d.Cap = len(lags)
-	}
-	if d.Cap == 0 {
-		d.Cap = 8
-	}
-	unknown := false
-	var known int64 // lag of every lane, progressing or not
-	for _, l := range lags {
-		s := LaneSample{Lane: l.Lane, Lag: l.Lag, Known: l.Known, Settled: settled[l.Lane]}
-		h := append(c.history[l.Lane], s.Settled)
-		if len(h) > c.p.StallAfter+1 {
-			h = h[len(h)-c.p.StallAfter-1:]
-		}
-		c.history[l.Lane] = h
-		// A lane's lag counts once the lane is seen to progress: adding
-		// members helps only lanes that move.
-		progressing := len(h) >= 2 && h[len(h)-1] > h[0]
-		if l.Known {
-			known += l.Lag
-		}
-		switch {
-		case !l.Known:
-			unknown = true
-		case l.Lag == 0 || progressing:
-			d.Lag += l.Lag
-		case len(h) == c.p.StallAfter+1:
-			s.Stalled = true
-			d.Stalled = append(d.Stalled, l.Lane)
-		}
-		d.Lanes = append(d.Lanes, s)
-	}
-	if unknown {
-		d.Reason = "lag of some lane unknown: holding"
-		return d
-	}
-	// Up on the lag of lanes that progress; down only as far as all the
-	// known lag allows, so a lane that looks stuck (or is changing hands)
-	// never shrinks the group.
-	want := c.size(d.Lag)
-	floor := c.size(known)
-	capped := want > d.Cap
-	desired := max(min(want, d.Cap), c.p.Min)
-	if desired <= current {
-		desired = max(min(floor, d.Cap, current), c.p.Min)
-	}
-	d.Desired = desired
-	reason := fmt.Sprintf("lag %d over target %d per member asks for %d", d.Lag, c.p.TargetLag, want)
-	if capped {
-		reason += fmt.Sprintf(", capped at %d (lanes or Max)", d.Cap)
-	}
-	if known != d.Lag {
-		reason += fmt.Sprintf("; %d more on lanes not seen to progress, which only keeps the size from dropping below %d", known-d.Lag, floor)
-	}
-	if len(d.Stalled) > 0 {
-		reason += fmt.Sprintf("; stalled lanes %s left out", strings.Join(d.Stalled, ","))
-	}
+// Desired is the group's desired member count of the last decision: for
+// a controller made by NewGroup, after the cooldowns (what an
+// orchestrator should run); for one made by New, what the group's lag
+// asks for. It is 0 before the first decision.
+func (c *Controller) Desired() int {
+	d, ok, _ := c.Watch()
 	switch {
-	case desired > current:
-		c.downSince = time.Time{}
-		if !c.lastUp.IsZero() && now.Sub(c.lastUp) < c.p.UpCooldown {
-			d.Desired, d.Reason = current, reason+"; scale-up cooling down"
-			return d
-		}
-		c.lastUp = now
-		d.Action, d.Reason = "up", reason
-	case desired < current:
-		if c.downSince.IsZero() {
-			c.downSince, c.downMax = now, desired
-		}
-		c.downMax = max(c.downMax, desired)
-		if now.Sub(c.downSince) < c.p.DownDelay {
-			d.Desired, d.Reason = current, reason+fmt.Sprintf("; waiting %v before scaling down", c.p.DownDelay-now.Sub(c.downSince))
-			return d
-		}
-		d.Desired, d.Action, d.Reason = c.downMax, "down", reason+fmt.Sprintf(" (the most asked for over %v)", c.p.DownDelay)
-		c.downSince = time.Time{}
-	default:
-		c.downSince = time.Time{}
-		d.Reason = reason
+	case !ok:
+		return 0
+	case c.scale == nil:
+		return d.Desired
 	}
-	return d
+	return d.GroupDesired
 }
 
-// size is the member count lag asks for.
-func (c *Controller) size(lag int64) int {
-	return int((lag + c.p.TargetLag - 1) / c.p.TargetLag)
+// Watch returns the last decision (ok false before the first) and a
+// channel closed when the next one is made.
+func (c *Controller) Watch() (last Decision, ok bool, next <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last, c.decided, c.next
 }
 
 func (c *Controller) report(d Decision) {
@@ -308,14 +365,23 @@ func (c *Controller) report(d Decision) {
 	lanes := make([]string, len(d.Lanes))
 	for i, l := range d.Lanes {
 		lanes[i] = fmt.Sprintf("%s:lag=%d,settled=%d", l.Lane, l.Lag, l.Settled)
-		if !l.Known {
+		switch {
+		case !l.Known:
 			lanes[i] = l.Lane + ":unknown"
+		case l.AgeKnown:
+			lanes[i] += ",age=" + l.Age.Round(time.Millisecond).String()
 		}
 	}
 	slices.Sort(lanes)
 	c.logger.Log(context.Background(), level, "autoscale: decision",
-		"action", d.Action, "current", d.Current, "desired", d.Desired, "lag", d.Lag,
-		"cap", d.Cap, "stalled", d.Stalled, "lanes", lanes, "reason", d.Reason)
+		"action", d.Action, "current", d.Current, "desired", d.Desired, "group", d.Group,
+		"group_desired", d.GroupDesired, "lag", d.Lag, "age", d.Age, "cap", d.Cap,
+		"stalled", d.Stalled, "lanes", lanes, "reason", d.Reason)
+	c.mu.Lock()
+	c.last, c.decided = d, true
+	close(c.next)
+	c.next = make(chan struct{})
+	c.mu.Unlock()
 	if c.p.OnDecision != nil {
 		c.p.OnDecision(d)
 	}
