@@ -2,10 +2,8 @@ package otelomnibus_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,8 +16,8 @@ import (
 	"github.com/omnibus-go/omnibus/otelomnibus"
 )
 
-// The hook's metrics after a known workload: 13 messages published in
-// two Publish calls; of the 10 first, one fails once (a retry), one is
+// The hook's metrics after observetest's workload: 13 messages published
+// in two Publish calls; of the 10 first, one fails once (a retry), one is
 // permanent (a dead letter); the last 3 are held by the handler, so the
 // gauges show them in flight and in the lag while the consumer runs.
 func TestMetrics(t *testing.T) {
@@ -35,58 +33,8 @@ func TestMetrics(t *testing.T) {
 	ns := observetest.Namespace()
 	c := observetest.Open(t, "mem://"+ns+"?partitions=2", omnibus.WithHooks(hook))
 	topic, group := "orders", "billing"
-	release := make(chan struct{})
-	var settled atomic.Int64
-	k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
-		switch string(m.Body) {
-		case "retry":
-			if m.Attempt == 1 {
-				return errors.New("once")
-			}
-		case "dead":
-			return omnibus.Permanent(errors.New("poison"))
-		case "hold":
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-		return nil
-	}, omnibus.Group(group), omnibus.StartFrom(omnibus.StartEarliest), omnibus.Backoff(time.Millisecond, time.Millisecond),
-		omnibus.Observe(func(e omnibus.Event) {
-			if e.Kind == omnibus.EventProcessed || e.Kind == omnibus.EventDeadLettered {
-				settled.Add(1)
-			}
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	var first []*omnibus.Message
-	for i := range 10 {
-		body := "ok"
-		switch i {
-		case 3:
-			body = "retry"
-		case 7:
-			body = "dead"
-		}
-		first = append(first, &omnibus.Message{Key: fmt.Sprint("k", i), Body: []byte(body)})
-	}
-	if err := c.Publish(ctx, topic, first...); err != nil {
-		t.Fatal(err)
-	}
-	go k.Run(ctx)
-	observetest.Eventually(t, 10*time.Second, func() error {
-		if n := settled.Load(); n != 10 {
-			return fmt.Errorf("%d settled, want 10", n)
-		}
-		return nil
-	})
-	held := []*omnibus.Message{{Key: "h1", Body: []byte("hold")}, {Key: "h2", Body: []byte("hold")}, {Key: "h3", Body: []byte("hold")}}
-	if err := c.Publish(ctx, topic, held...); err != nil {
-		t.Fatal(err)
-	}
+	w := observetest.StartWorkload(t, ctx, c, topic, group)
+	k := w.Consumer
 	var rm metricdata.ResourceMetrics
 	observetest.Eventually(t, 10*time.Second, func() error {
 		if err := reader.Collect(ctx, &rm); err != nil {
@@ -149,7 +97,7 @@ func TestMetrics(t *testing.T) {
 	if failed == 0 {
 		t.Errorf("no messaging.process.duration point with error.type, want the failed handlings'")
 	}
-	close(release)
+	w.Release()
 	if err := k.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -58,15 +58,9 @@ func (a *app) exporter(ctx context.Context, o exporterOptions) error {
 	case o.metricsAddr == "":
 		return usagef("exporter: --metrics-addr is empty")
 	}
-	c, err := a.open(ctx, o.url)
+	src, closeSrc, err := a.openLag(ctx, o.url)
 	if err != nil {
 		return err
-	}
-	defer a.closeClient(c)
-	a.noteProcessLocal()
-	src, closeSrc, err := a.lagSource(ctx, c)
-	if err != nil {
-		return fmt.Errorf("exporter: %w", err)
 	}
 	defer closeSrc()
 	col := promomnibus.New()
