@@ -2,6 +2,7 @@ package otelomnibus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -31,9 +32,13 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := observetest.Namespace()
-	c := observetest.Open(t, "mem://"+ns+"?partitions=2", omnibus.WithHooks(hook))
+	c := observetest.Open(t, "mem://"+ns+"?partitions=2&max_bytes=4096", omnibus.WithHooks(hook))
 	topic, group := "orders", "billing"
 	w := observetest.StartWorkload(t, ctx, c, topic, group)
+	// One Publish that lands one message and refuses one (too large).
+	if err := c.Publish(ctx, "elsewhere", &omnibus.Message{Body: []byte("x")}, &omnibus.Message{Body: make([]byte, 8192)}); !errors.Is(err, omnibus.ErrTooLarge) {
+		t.Fatalf("publish of an oversized message: %v, want ErrTooLarge", err)
+	}
 	k := w.Consumer
 	var rm metricdata.ResourceMetrics
 	observetest.Eventually(t, 10*time.Second, func() error {
@@ -56,8 +61,8 @@ func TestMetrics(t *testing.T) {
 		want func(int64) bool
 		says string
 	}{
-		{"messaging.client.sent.messages", counterSum(rm, "messaging.client.sent.messages"), eq(13), "13"},
-		{"messaging.client.operation.duration (count)", histCount(rm, "messaging.client.operation.duration"), eq(2), "2 publishes"},
+		{"messaging.client.sent.messages", counterSum(rm, "messaging.client.sent.messages"), eq(15), "15: 13 and the 2 of the refused Publish"},
+		{"messaging.client.operation.duration (count)", histCount(rm, "messaging.client.operation.duration"), eq(3), "3 publishes"},
 		// 10 + a second attempt + the 3 held, which are handled (not yet returned): counted at the end
 		{"messaging.client.consumed.messages", counterSum(rm, "messaging.client.consumed.messages"), eq(11), "11 handler calls returned"},
 		{"messaging.process.duration (count)", histCount(rm, "messaging.process.duration"), eq(11), "11"},
@@ -84,6 +89,16 @@ func TestMetrics(t *testing.T) {
 				t.Errorf("%s point %v: no lane", name, attrs.ToSlice())
 			}
 		}
+	}
+	var refused int64
+	d, _ := find(rm, "messaging.client.sent.messages")
+	for _, p := range d.(metricdata.Sum[int64]).DataPoints {
+		if _, ok := p.Attributes.Value("error.type"); ok {
+			refused += p.Value
+		}
+	}
+	if refused != 1 {
+		t.Errorf("messaging.client.sent.messages with error.type: %d, want the 1 refused", refused)
 	}
 	failed := 0
 	for _, attrs := range points(rm, "messaging.process.duration") {
