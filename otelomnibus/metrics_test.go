@@ -122,6 +122,9 @@ func TestMetrics(t *testing.T) {
 	if n := len(points(rm, "omnibus.consumer.members")); n != 0 {
 		t.Errorf("a stopped consumer still has %d members points", n)
 	}
+	if err := hook.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func eq(n int64) func(int64) bool { return func(v int64) bool { return v == n } }
