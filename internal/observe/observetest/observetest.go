@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,7 +121,11 @@ func deleteRabbit(t testing.TB, ns string) {
 		}
 		return names
 	}
-	queues, exchanges := list("queues"), list("exchanges")
+	var queues, exchanges []string
+	var wg sync.WaitGroup // each rabbitmqctl boots a VM: seconds
+	wg.Go(func() { queues = list("queues") })
+	wg.Go(func() { exchanges = list("exchanges") })
+	wg.Wait()
 	ac, err := amqp.Dial(rabbitURL)
 	if err != nil {
 		t.Logf("cleanup: dial: %v", err)
