@@ -24,6 +24,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	defer hook.Close()
 	c, err := omnibus.Open(ctx, "mem://example-otel", omnibus.WithHooks(hook))
 	if err != nil {
 		panic(err)

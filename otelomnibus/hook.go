@@ -30,6 +30,7 @@ type Hook struct {
 	propagator propagation.TextMapPropagator
 	inst       instruments
 	consumers  observe.Consumers[[]attribute.KeyValue] // with their base attributes
+	gauges     metric.Registration                     // the callback that observes the gauges
 }
 
 // Option configures a Hook.
@@ -82,10 +83,19 @@ func New(opts ...Option) (*Hook, error) {
 	if err := h.inst.init(meter); err != nil {
 		return nil, fmt.Errorf("otelomnibus: %w", err)
 	}
-	if _, err := meter.RegisterCallback(h.observe, h.inst.observables()...); err != nil {
+	reg, err := meter.RegisterCallback(h.observe, h.inst.observables()...)
+	if err != nil {
 		return nil, fmt.Errorf("otelomnibus: %w", err)
 	}
+	h.gauges = reg
 	return h, nil
+}
+
+// Close stops observing the gauges (members, in flight, lag) of the
+// consumers h was bound to, for a meter provider that outlives h. Spans
+// and counters need no closing.
+func (h *Hook) Close() error {
+	return h.gauges.Unregister()
 }
 
 // BindHook binds h to a client's publishes or to a consumer (see

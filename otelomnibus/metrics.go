@@ -6,6 +6,7 @@ package otelomnibus
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -90,16 +91,28 @@ func (in *instruments) observables() []metric.Observable {
 	return []metric.Observable{in.inFlight, in.members, in.lag, in.timeLag}
 }
 
-// published records a Publish of n messages.
+// published records a Publish of n messages: those that landed, and
+// those that failed with error.type.
 func (in *instruments) published(ctx context.Context, b *bound, topic string, n int, took time.Duration, err error) {
 	attrs := append(b.base[:len(b.base):len(b.base)], semconv.MessagingOperationName(opPublish),
 		semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(topic))
+	ok := metric.WithAttributes(attrs...)
+	failed := 0
 	if err != nil {
-		attrs = append(attrs, semconv.ErrorType(err))
+		failed = n
+		var pe *omnibus.PublishError
+		if errors.As(err, &pe) {
+			failed = len(pe.Failed)
+		}
+		bad := metric.WithAttributes(append(attrs, semconv.ErrorType(err))...)
+		in.sent.Add(ctx, int64(failed), bad)
+		in.sendDuration.Record(ctx, took.Seconds(), bad)
+	} else {
+		in.sendDuration.Record(ctx, took.Seconds(), ok)
 	}
-	opt := metric.WithAttributes(attrs...)
-	in.sent.Add(ctx, int64(n), opt)
-	in.sendDuration.Record(ctx, took.Seconds(), opt)
+	if n > failed {
+		in.sent.Add(ctx, int64(n-failed), ok)
+	}
 }
 
 // processed records a handling of n messages of lane ("" for a batch

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,8 +17,8 @@ import (
 	"github.com/omnibus-go/omnibus/otelomnibus"
 )
 
-// The hook's metrics after a known workload: 13 messages published in
-// two Publish calls; of the 10 first, one fails once (a retry), one is
+// The hook's metrics after observetest's workload: 13 messages published
+// in two Publish calls; of the 10 first, one fails once (a retry), one is
 // permanent (a dead letter); the last 3 are held by the handler, so the
 // gauges show them in flight and in the lag while the consumer runs.
 func TestMetrics(t *testing.T) {
@@ -33,60 +32,14 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := observetest.Namespace()
-	c := observetest.Open(t, "mem://"+ns+"?partitions=2", omnibus.WithHooks(hook))
+	c := observetest.Open(t, "mem://"+ns+"?partitions=2&max_bytes=4096", omnibus.WithHooks(hook))
 	topic, group := "orders", "billing"
-	release := make(chan struct{})
-	var settled atomic.Int64
-	k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
-		switch string(m.Body) {
-		case "retry":
-			if m.Attempt == 1 {
-				return errors.New("once")
-			}
-		case "dead":
-			return omnibus.Permanent(errors.New("poison"))
-		case "hold":
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-		return nil
-	}, omnibus.Group(group), omnibus.StartFrom(omnibus.StartEarliest), omnibus.Backoff(time.Millisecond, time.Millisecond),
-		omnibus.Observe(func(e omnibus.Event) {
-			if e.Kind == omnibus.EventProcessed || e.Kind == omnibus.EventDeadLettered {
-				settled.Add(1)
-			}
-		}))
-	if err != nil {
-		t.Fatal(err)
+	w := observetest.StartWorkload(t, ctx, c, topic, group)
+	// One Publish that lands one message and refuses one (too large).
+	if err := c.Publish(ctx, "elsewhere", &omnibus.Message{Body: []byte("x")}, &omnibus.Message{Body: make([]byte, 8192)}); !errors.Is(err, omnibus.ErrTooLarge) {
+		t.Fatalf("publish of an oversized message: %v, want ErrTooLarge", err)
 	}
-	defer k.Close()
-	var first []*omnibus.Message
-	for i := range 10 {
-		body := "ok"
-		switch i {
-		case 3:
-			body = "retry"
-		case 7:
-			body = "dead"
-		}
-		first = append(first, &omnibus.Message{Key: fmt.Sprint("k", i), Body: []byte(body)})
-	}
-	if err := c.Publish(ctx, topic, first...); err != nil {
-		t.Fatal(err)
-	}
-	go k.Run(ctx)
-	observetest.Eventually(t, 10*time.Second, func() error {
-		if n := settled.Load(); n != 10 {
-			return fmt.Errorf("%d settled, want 10", n)
-		}
-		return nil
-	})
-	held := []*omnibus.Message{{Key: "h1", Body: []byte("hold")}, {Key: "h2", Body: []byte("hold")}, {Key: "h3", Body: []byte("hold")}}
-	if err := c.Publish(ctx, topic, held...); err != nil {
-		t.Fatal(err)
-	}
+	k := w.Consumer
 	var rm metricdata.ResourceMetrics
 	observetest.Eventually(t, 10*time.Second, func() error {
 		if err := reader.Collect(ctx, &rm); err != nil {
@@ -108,8 +61,8 @@ func TestMetrics(t *testing.T) {
 		want func(int64) bool
 		says string
 	}{
-		{"messaging.client.sent.messages", counterSum(rm, "messaging.client.sent.messages"), eq(13), "13"},
-		{"messaging.client.operation.duration (count)", histCount(rm, "messaging.client.operation.duration"), eq(2), "2 publishes"},
+		{"messaging.client.sent.messages", counterSum(rm, "messaging.client.sent.messages"), eq(15), "15: 13 and the 2 of the refused Publish"},
+		{"messaging.client.operation.duration (count)", histCount(rm, "messaging.client.operation.duration"), eq(3), "3 publishes"},
 		// 10 + a second attempt + the 3 held, which are handled (not yet returned): counted at the end
 		{"messaging.client.consumed.messages", counterSum(rm, "messaging.client.consumed.messages"), eq(11), "11 handler calls returned"},
 		{"messaging.process.duration (count)", histCount(rm, "messaging.process.duration"), eq(11), "11"},
@@ -137,6 +90,16 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
+	var refused int64
+	d, _ := find(rm, "messaging.client.sent.messages")
+	for _, p := range d.(metricdata.Sum[int64]).DataPoints {
+		if _, ok := p.Attributes.Value("error.type"); ok {
+			refused += p.Value
+		}
+	}
+	if refused != 1 {
+		t.Errorf("messaging.client.sent.messages with error.type: %d, want the 1 refused", refused)
+	}
 	failed := 0
 	for _, attrs := range points(rm, "messaging.process.duration") {
 		if v, ok := attrs.Value("error.type"); ok {
@@ -149,7 +112,7 @@ func TestMetrics(t *testing.T) {
 	if failed == 0 {
 		t.Errorf("no messaging.process.duration point with error.type, want the failed handlings'")
 	}
-	close(release)
+	w.Release()
 	if err := k.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +121,9 @@ func TestMetrics(t *testing.T) {
 	}
 	if n := len(points(rm, "omnibus.consumer.members")); n != 0 {
 		t.Errorf("a stopped consumer still has %d members points", n)
+	}
+	if err := hook.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 

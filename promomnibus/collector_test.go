@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,8 +36,8 @@ func TestMain(m *testing.M) {
 var schemes = map[string]string{"membus": "mem", "kafka": "kafka", "rabbitmq": "amqp", "nats": "nats"}
 
 // The collector over HTTP after a known workload, on every transport:
-// 10 messages published in one call (one fails once, one is permanent),
-// one oversized message refused, then 3 more that the handler holds; a
+// observetest's workload (10 messages, a retry, a dead letter, 3 held),
+// and one oversized message refused; a
 // watched group that reads the same group from outside (its series are
 // not sent twice), and one whose reads fail. Each family is scraped,
 // parsed with the Prometheus text parser and checked.
@@ -60,38 +59,8 @@ func TestScrape(t *testing.T) {
 				t.Fatal(err)
 			}
 			transport := schemes[tr.Name]
-			start := omnibus.StartLatest
-			if c.Capabilities().Replay {
-				start = omnibus.StartEarliest
-			}
-			release := make(chan struct{})
-			var settled atomic.Int64
-			k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
-				switch string(m.Body) {
-				case "retry":
-					if m.Attempt == 1 {
-						return errors.New("once")
-					}
-				case "dead":
-					return omnibus.Permanent(errors.New("poison"))
-				case "hold":
-					select {
-					case <-release:
-					case <-ctx.Done():
-					}
-				}
-				return nil
-			}, omnibus.Group(group), omnibus.StartFrom(start), omnibus.Backoff(time.Millisecond, time.Millisecond),
-				omnibus.Observe(func(e omnibus.Event) {
-					if e.Kind == omnibus.EventProcessed || e.Kind == omnibus.EventDeadLettered {
-						settled.Add(1)
-					}
-				}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer k.Close()
-			go k.Run(ctx)
+			w := observetest.StartWorkload(t, ctx, c, topic, group)
+			k := w.Consumer
 			if c.Capabilities().Lag != 0 { // the same group, read from outside: no series twice
 				defer col.WatchGroup(transport, topic, group, func(ctx context.Context) (promomnibus.GroupLag, error) {
 					lags, err := c.Lag(ctx, topic, group)
@@ -102,17 +71,6 @@ func TestScrape(t *testing.T) {
 				return promomnibus.GroupLag{}, fmt.Errorf("group %q: %w", "gone", omnibus.ErrNotFound)
 			})()
 
-			var first []*omnibus.Message
-			for i := range 10 {
-				body := map[int]string{3: "retry", 7: "dead"}[i]
-				if body == "" {
-					body = "ok"
-				}
-				first = append(first, &omnibus.Message{Key: fmt.Sprint("k", i), Body: []byte(body)})
-			}
-			if err := c.Publish(ctx, topic, first...); err != nil {
-				t.Fatal(err)
-			}
 			oversized := 0
 			if max := c.Capabilities().MaxMessageBytes; max > 0 && max < 8<<20 {
 				if err := c.Publish(ctx, topic, &omnibus.Message{Body: make([]byte, max+1)}); !errors.Is(err, omnibus.ErrTooLarge) {
@@ -120,17 +78,6 @@ func TestScrape(t *testing.T) {
 				}
 				oversized = 1
 			}
-			observetest.Eventually(t, 30*time.Second, func() error {
-				if n := settled.Load(); n != 10 {
-					return fmt.Errorf("%d settled, want 10", n)
-				}
-				return nil
-			})
-			if err := c.Publish(ctx, topic, &omnibus.Message{Key: "h1", Body: []byte("hold")}, &omnibus.Message{Key: "h2", Body: []byte("hold")},
-				&omnibus.Message{Key: "h3", Body: []byte("hold")}); err != nil {
-				t.Fatal(err)
-			}
-
 			var mfs map[string]*dto.MetricFamily
 			observetest.Eventually(t, 30*time.Second, func() error {
 				mfs = scrape(t, srv.URL)
@@ -213,7 +160,7 @@ func TestScrape(t *testing.T) {
 					}
 				}
 			}
-			close(release)
+			w.Release()
 			if err := k.Shutdown(ctx); err != nil {
 				t.Fatal(err)
 			}

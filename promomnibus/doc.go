@@ -62,8 +62,8 @@
 //
 // Label sets are resolved once per consumer, topic and lane (see
 // omnibus.HookBinder), so a handled message costs a few atomic adds and
-// no allocation; BenchmarkHooks in the root package and this package's
-// BenchmarkCollector measure it.
+// no allocation: BenchmarkHooks in the root package measures it in a
+// running consumer, BenchmarkCollectorHook the collector's part alone.
 //
 // # Concurrency
 //

@@ -137,13 +137,7 @@ func (a *app) lag(ctx context.Context, o lagOptions) error {
 	case o.samples < 1 || o.window < 1:
 		return usagef("lag: --samples and --window must be at least 1")
 	}
-	c, err := a.open(ctx, o.url)
-	if err != nil {
-		return err
-	}
-	defer a.closeClient(c)
-	a.noteProcessLocal()
-	src, closeSrc, err := a.lagSource(ctx, c)
+	src, closeSrc, err := a.openLag(ctx, o.url)
 	if err != nil {
 		return err
 	}
@@ -154,6 +148,22 @@ func (a *app) lag(ctx context.Context, o lagOptions) error {
 		return s
 	}
 	return runLag(ctx, a.stdout, o, read)
+}
+
+// openLag opens the transport named by url and finds how to read a
+// group's lag on it (lagSource); close releases both.
+func (a *app) openLag(ctx context.Context, url string) (src lagSource, close func(), err error) {
+	c, err := a.open(ctx, url)
+	if err != nil {
+		return nil, nil, err
+	}
+	a.noteProcessLocal()
+	src, closeSrc, err := a.lagSource(ctx, c)
+	if err != nil {
+		a.closeClient(c)
+		return nil, nil, err
+	}
+	return src, func() { closeSrc(); a.closeClient(c) }, nil
 }
 
 // lagSource finds how to read a group's lag on c's transport: a source

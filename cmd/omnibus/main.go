@@ -7,6 +7,7 @@
 //	omnibus send --topic orders < orders.txt      # one message per line
 //	omnibus tail --topic orders --json            # print messages as they arrive
 //	omnibus lag --topic orders --group billing    # lag and status per lane
+//	omnibus exporter --topic orders --group billing  # lag for Prometheus, at :9464/metrics
 //	omnibus bench --count 20000 --size 1024       # throughput and latency
 //	omnibus server                                # run the embedded default in the foreground
 //	omnibus version

@@ -101,6 +101,7 @@ Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
   echo hello | omnibus send --topic greetings
   omnibus tail --topic greetings --from earliest --max 1 --json
   omnibus lag --topic orders --group billing --watch
+  omnibus exporter --topic orders --group billing --metrics-addr :9464
   omnibus bench --count 20000 --size 1024 --json`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -110,7 +111,7 @@ Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.benchCmd(), a.demoCmd(), a.serverCmd(), a.versionCmd())
+	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.exporterCmd(), a.benchCmd(), a.demoCmd(), a.serverCmd(), a.versionCmd())
 	return root
 }
 

@@ -17,22 +17,24 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/promomnibus"
 	"github.com/spf13/cobra"
 )
 
 type tailOptions struct {
-	url   string
-	topic string
-	group string
-	from  string
-	max   int
-	json  bool
+	url         string
+	topic       string
+	group       string
+	from        string
+	max         int
+	json        bool
+	metricsAddr string
 }
 
 func (a *app) tailCmd() *cobra.Command {
 	var o tailOptions
 	cmd := &cobra.Command{
-		Use:   "tail --topic T [--group G] [--from earliest|latest] [--max N] [--json]",
+		Use:   "tail --topic T [--group G] [--from earliest|latest] [--max N] [--json] [--metrics-addr ADDR]",
 		Short: "Print messages as they arrive",
 		Long: `tail prints the messages of a topic as they arrive and acknowledges each
 after it is written. Without --group it reads as a throwaway consumer
@@ -48,7 +50,12 @@ message.
 
 --json prints one object per line with the fields id, key, type, source,
 time, headers, body, topic, lane and position; a body that is not valid
-UTF-8 is base64 and has "body_base64": true.`,
+UTF-8 is base64 and has "body_base64": true.
+
+--metrics-addr serves the consumer's metrics for Prometheus at
+http://ADDR/metrics while tail runs (the families of package promomnibus:
+messages received and handled, in flight, members and the group's lag
+per lane), and says where on standard error.`,
 		Example: `  omnibus tail --topic orders
   omnibus tail --topic orders.dlq --from earliest --json | jq .headers
   omnibus tail --url kafka://localhost:9092 --topic orders --group audit --max 100`,
@@ -62,6 +69,7 @@ UTF-8 is base64 and has "body_base64": true.`,
 	f.StringVar(&o.from, "from", "latest", "where a new group starts: earliest or latest")
 	f.IntVar(&o.max, "max", 0, "stop after this many messages (0: no limit)")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per message")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (host:port; port 0 picks one)")
 	return cmd
 }
 
@@ -217,6 +225,16 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 		omnibus.MaxAttempts(math.MaxInt32), omnibus.Observe(observe)}
 	if o.group != "" {
 		opts = append(opts, omnibus.Group(o.group))
+	}
+	if o.metricsAddr != "" {
+		col := promomnibus.New()
+		s, err := serveMetrics(o.metricsAddr, col)
+		if err != nil {
+			return fmt.Errorf("tail: %w", err)
+		}
+		defer s.close()
+		fmt.Fprintf(a.stderr, "omnibus: note: serving metrics at %s\n", s.url)
+		opts = append(opts, omnibus.Hooks(col))
 	}
 	k, err := c.Subscribe(ctx, o.topic, handler, opts...)
 	if err != nil {

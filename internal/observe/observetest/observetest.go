@@ -7,8 +7,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,7 +121,11 @@ func deleteRabbit(t testing.TB, ns string) {
 		}
 		return names
 	}
-	queues, exchanges := list("queues"), list("exchanges")
+	var queues, exchanges []string
+	var wg sync.WaitGroup // each rabbitmqctl boots a VM: seconds
+	wg.Go(func() { queues = list("queues") })
+	wg.Go(func() { exchanges = list("exchanges") })
+	wg.Wait()
 	ac, err := amqp.Dial(rabbitURL)
 	if err != nil {
 		t.Logf("cleanup: dial: %v", err)
@@ -142,3 +150,79 @@ func deleteRabbit(t testing.TB, ns string) {
 		}
 	}
 }
+
+// Workload is the known workload of the metrics tests, on a consumer of
+// one group: 10 messages published in one call, of which one fails its
+// first attempt (a retry) and one fails for good (a dead letter), all 10
+// settled; then 3 more in a second call, which the handler holds until
+// Release.
+type Workload struct {
+	Consumer *omnibus.Consumer
+	release  chan struct{}
+}
+
+// StartWorkload subscribes group to topic on c (with opts), runs the
+// consumer and publishes the workload; it returns once the 10 first
+// messages are settled and the 3 held ones are published. The consumer
+// is closed at cleanup.
+func StartWorkload(t testing.TB, ctx context.Context, c *omnibus.Client, topic, group string, opts ...omnibus.SubscribeOption) *Workload {
+	t.Helper()
+	w := &Workload{release: make(chan struct{})}
+	start := omnibus.StartLatest // the group's queue is made at Subscribe, before the publishes
+	if c.Capabilities().Replay {
+		start = omnibus.StartEarliest
+	}
+	var settled atomic.Int64
+	k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+		switch string(m.Body) {
+		case "retry":
+			if m.Attempt == 1 {
+				return errors.New("once")
+			}
+		case "dead":
+			return omnibus.Permanent(errors.New("poison"))
+		case "hold":
+			select {
+			case <-w.release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}, append([]omnibus.SubscribeOption{omnibus.Group(group), omnibus.StartFrom(start), omnibus.Backoff(time.Millisecond, time.Millisecond),
+		omnibus.Observe(func(e omnibus.Event) {
+			if e.Kind == omnibus.EventProcessed || e.Kind == omnibus.EventDeadLettered {
+				settled.Add(1)
+			}
+		})}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Consumer = k
+	t.Cleanup(func() { _ = k.Close() })
+	go k.Run(ctx)
+	var first []*omnibus.Message
+	for i := range 10 {
+		body := map[int]string{3: "retry", 7: "dead"}[i]
+		if body == "" {
+			body = "ok"
+		}
+		first = append(first, &omnibus.Message{Key: fmt.Sprint("k", i), Body: []byte(body)})
+	}
+	if err := c.Publish(ctx, topic, first...); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 30*time.Second, func() error {
+		if n := settled.Load(); n != 10 {
+			return fmt.Errorf("%d settled, want 10", n)
+		}
+		return nil
+	})
+	held := []*omnibus.Message{{Key: "h1", Body: []byte("hold")}, {Key: "h2", Body: []byte("hold")}, {Key: "h3", Body: []byte("hold")}}
+	if err := c.Publish(ctx, topic, held...); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// Release lets the handler finish the held messages.
+func (w *Workload) Release() { close(w.release) }
