@@ -205,13 +205,17 @@
 // leaves (Close, after the engine's drain) hands back what it did not
 // settle at once (their idle time set to claim_idle, so any member's
 // next claim takes them), and deletes its consumer when nothing is left
-// pending for it; members delete the consumers of crashed members once
+// pending for it (a claim that takes back an entry the member still
+// holds, its keeper late, does not deliver it again); members delete the
+// consumers of crashed members once
 // their entries were claimed (idle for ten times claim_idle, nothing
 // pending). An entry a member read but never got (a reply lost with its
 // connection) is claimed after claim_idle like a dead member's.
 //
-// A member holds at most one read (MaxInFlight entries, per lane when
-// partitioned) beyond the engine's MaxInFlight and MaxInFlightBytes.
+// A member holds at most one read beyond the engine's MaxInFlight and
+// MaxInFlightBytes: as many entries (per lane when partitioned) as the
+// engine has room for, by count and, at the mean size of the previous
+// read's entries, by bytes.
 // Reads run on a connection of the member's own, so a blocking read
 // (XREADGROUP BLOCK, XREAD BLOCK, at most 2 seconds) never holds a pooled
 // connection; a new lane ends one with CLIENT UNBLOCK, and Close by
