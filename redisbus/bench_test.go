@@ -67,9 +67,29 @@ func report(b *testing.B, n int, omni, raw time.Duration) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// BenchmarkPublish publishes b.N messages on each side, in the order
-// omnibus, raw, raw, omnibus (b.N/2 each time), so that a drift of the
-// shared machine weighs on both sides alike.
+// segments is how many parts each side's b.N is split into. They run in
+// the order omnibus, raw, raw, omnibus, omnibus, raw, ..., so that a
+// drift of the shared machine over the run (other processes, the
+// server's memory) weighs on both sides alike.
+const segments = 4
+
+// alternate runs omni and raw on segments parts of n each, alternating,
+// and returns each side's total time and the count of messages per side.
+func alternate(n int, omni, raw func(seg, n int) time.Duration) (o, r time.Duration, total int) {
+	part := max(1, n/segments)
+	for seg := range segments {
+		if seg%2 == 0 {
+			o += omni(seg, part)
+			r += raw(seg, part)
+		} else {
+			r += raw(seg, part)
+			o += omni(seg, part)
+		}
+	}
+	return o, r, part * segments
+}
+
+// BenchmarkPublish publishes b.N messages on each side, alternating.
 func BenchmarkPublish(b *testing.B) {
 	u := serverURL(b)
 	for _, size := range []int{100, 1024} {
@@ -81,27 +101,24 @@ func BenchmarkPublish(b *testing.B) {
 			rawName := topic + "-raw"
 			omnibusPublish(b, c, topic, benchBatch, body) // warm up
 			rawPublish(b, rdb, rawName, benchBatch, body)
-			half := max(1, b.N/2)
 			timed := func(publish func()) time.Duration {
 				debug.FreeOSMemory()
 				start := time.Now()
 				publish()
 				return time.Since(start)
 			}
-			omniRun := func() { omnibusPublish(b, c, topic, half, body) }
-			rawRun := func() { rawPublish(b, rdb, rawName, half, body) }
 			b.ResetTimer()
-			omni := timed(omniRun)
-			raw := timed(rawRun) + timed(rawRun)
-			omni += timed(omniRun)
+			omni, raw, n := alternate(b.N,
+				func(_, n int) time.Duration { return timed(func() { omnibusPublish(b, c, topic, n, body) }) },
+				func(_, n int) time.Duration { return timed(func() { rawPublish(b, rdb, rawName, n, body) }) })
 			b.StopTimer()
-			report(b, 2*half, omni, raw)
+			report(b, n, omni, raw)
 		})
 	}
 }
 
-// BenchmarkConsume measures in the order omnibus, raw, raw, omnibus, each
-// on its own stream of b.N/2 messages, and adds up each side's time.
+// BenchmarkConsume consumes b.N messages on each side, alternating, each
+// segment from a stream of its own.
 func BenchmarkConsume(b *testing.B) {
 	u := serverURL(b)
 	for _, size := range []int{100, 1024} {
@@ -110,20 +127,17 @@ func BenchmarkConsume(b *testing.B) {
 			c := open(b, u)
 			rdb := raw(b, u)
 			topic := topicName(b, u)
-			half := max(1, b.N/2)
-			omniTopics := []string{topic + "-1", topic + "-2"}
-			rawNames := []string{topic + "-raw1", topic + "-raw2"}
-			for i := range 2 { // topicName's cleanup deletes them all
-				omnibusPublish(b, c, omniTopics[i], half, body)
-				rawPublish(b, rdb, rawNames[i], half, body)
+			part := max(1, b.N/segments)
+			for seg := range segments { // topicName's cleanup deletes them all
+				omnibusPublish(b, c, fmt.Sprintf("%s-%d", topic, seg), part, body)
+				rawPublish(b, rdb, fmt.Sprintf("%s-raw%d", topic, seg), part, body)
 			}
 			b.ResetTimer()
-			omni := consumeOmnibus(b, c, omniTopics[0], half)
-			raw := consumeRaw(b, rdb, rawNames[0], half)
-			raw += consumeRaw(b, rdb, rawNames[1], half)
-			omni += consumeOmnibus(b, c, omniTopics[1], half)
+			omni, raw, n := alternate(b.N,
+				func(seg, n int) time.Duration { return consumeOmnibus(b, c, fmt.Sprintf("%s-%d", topic, seg), n) },
+				func(seg, n int) time.Duration { return consumeRaw(b, rdb, fmt.Sprintf("%s-raw%d", topic, seg), n) })
 			b.StopTimer()
-			report(b, 2*half, omni, raw)
+			report(b, n, omni, raw)
 		})
 	}
 }

@@ -25,16 +25,7 @@ const ackBatch = 1000
 // lane that went.
 func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	if len(s.carry) == 0 {
-		if !s.asked {
-			// As many entries as fit, by count and, at the size of the
-			// last read's, by bytes.
-			n := max(room.Count, 1)
-			if s.size > 0 {
-				n = min(n, max(room.Bytes/s.size, 1))
-			}
-			s.want <- n // the reader took the last request: room for one
-			s.asked = true
-		}
+		s.ask(room)
 		select {
 		case r := <-s.results:
 			s.asked = false
@@ -75,9 +66,27 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 	}
 	s.carry = s.carry[n:]
 	if len(s.carry) == 0 {
+		// Read on while the engine works on these: the next read is
+		// there when it asks (one read beyond its bounds, at most).
 		s.carry = nil
+		s.ask(room)
 	}
 	return out, nil
+}
+
+// ask asks the reader for a read, unless one is asked for: as many
+// entries as fit in room, by count and, at the mean size of the last
+// read's, by bytes.
+func (s *sub) ask(room driver.Room) {
+	if s.asked {
+		return
+	}
+	n := max(room.Count, 1)
+	if s.size > 0 {
+		n = min(n, max(room.Bytes/s.size, 1))
+	}
+	s.want <- n // the reader took the last request: room for one
+	s.asked = true
 }
 
 // Ack implements driver.Acker: XACK per stream, pipelined. Partitioned,
