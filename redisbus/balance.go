@@ -194,6 +194,7 @@ func (p *partitioned) release(part int) {
 	s.mu.Unlock()
 	driver.Notify(s.wake)
 	s.opts.Lanes.Revoked(ctx, []string{id})
+	_ = s.Ack(ctx, nil) // what failed before
 	s.mu.Lock()
 	l.revoke = nil
 	l.gone.Store(true)

@@ -33,6 +33,7 @@ func (s *sub) keepLoop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, every)
+		_ = s.Ack(ctx, nil) // what failed before
 		s.touch(ctx, 0)
 		s.record(ctx, s.lane(unorderedLane))
 		if err := s.heartbeat(ctx, s.c.cfg.claimIdle); err != nil && s.ctx.Err() == nil {

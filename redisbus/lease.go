@@ -99,6 +99,7 @@ func (p *partitioned) refresh() {
 	}
 	ctx, cancel = context.WithTimeout(p.ctx, p.ttl/4)
 	defer cancel()
+	_ = s.Ack(ctx, nil) // what failed before
 	for _, l := range lanes {
 		if !l.gone.Load() {
 			s.record(ctx, l)

@@ -149,6 +149,14 @@ func (s *sub) claimIdle(cursor string, n int) ([]*driver.Delivery, string, error
 	if err == nil && !ok {
 		err = fmt.Errorf("redisbus: claim on stream %q: no reply", l.stream)
 	}
+	// XAUTOCLAIM takes from every consumer, this member's too: an entry
+	// it holds (its keeper late) is its own still, not a new delivery.
+	s.mu.Lock()
+	ds = slices.DeleteFunc(ds, func(d *driver.Delivery) bool {
+		_, mine := s.held[d.Position]
+		return mine
+	})
+	s.mu.Unlock()
 	s.hold(ds)
 	return ds, next, err
 }

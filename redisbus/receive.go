@@ -25,10 +25,7 @@ const ackBatch = 1000
 // lane that went.
 func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	if len(s.carry) == 0 {
-		if !s.asked {
-			s.want <- max(room.Count, 1) // the reader took the last request: room for one
-			s.asked = true
-		}
+		s.ask(room)
 		select {
 		case r := <-s.results:
 			s.asked = false
@@ -36,6 +33,13 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 				return nil, r.err
 			}
 			s.carry = r.ds
+			if len(r.ds) > 0 {
+				bytes := 0
+				for _, d := range r.ds {
+					bytes += d.Size()
+				}
+				s.size = max(bytes/len(r.ds), 1)
+			}
 		case <-s.wake:
 			return nil, nil
 		case <-ctx.Done():
@@ -62,26 +66,70 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 	}
 	s.carry = s.carry[n:]
 	if len(s.carry) == 0 {
+		// Read on while the engine works on these: the next read is
+		// there when it asks (one read beyond its bounds, at most).
 		s.carry = nil
+		s.ask(room)
 	}
 	return out, nil
+}
+
+// ask asks the reader for a read, unless one is asked for: as many
+// entries as fit in room, by count and, at the mean size of the last
+// read's, by bytes.
+func (s *sub) ask(room driver.Room) {
+	if s.asked {
+		return
+	}
+	n := max(room.Count, 1)
+	if s.size > 0 {
+		n = min(n, max(room.Bytes/s.size, 1))
+	}
+	s.want <- n // the reader took the last request: room for one
+	s.asked = true
 }
 
 // Ack implements driver.Acker: XACK per stream, pipelined. Partitioned,
 // each lane's entries are acknowledged only while the lane's lease holds
 // the fencing token they were read under (ackScript); a lane whose lease
 // went is reported lost, and its entries stay pending for the next owner.
+// Entries whose acknowledgement failed otherwise (the connection broke)
+// go with the next call (the keeper's or the refresher's, when no other
+// comes), so that a settled entry does not stay pending: nobody would
+// take it over while the member holds the lane, and the next owner would
+// handle it again after newer ones.
 func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	byLane := map[*lane][]string{}
+	s.mu.Lock()
+	for _, l := range s.lanes {
+		if len(l.reack) > 0 {
+			byLane[l], l.reack = l.reack, nil
+		}
+	}
+	s.mu.Unlock()
 	for _, d := range ds {
 		l := d.Token.(*lane)
 		if !l.gone.Load() {
 			byLane[l] = append(byLane[l], d.Position)
 		}
 	}
+	if s.parts == 0 {
+		s.unhold(ds)
+	}
 	var errs []error
-	fail := func(l *lane, err error) {
+	fail := func(l *lane, batch []string, err error, again bool) {
 		errs = append(errs, fmt.Errorf("redisbus: ack on stream %q group %q: %w", l.stream, s.group, err))
+		if !again {
+			return
+		}
+		s.mu.Lock()
+		l.reack = append(l.reack, batch...)
+		if s.parts == 0 {
+			for _, id := range batch {
+				s.held[id] = struct{}{}
+			}
+		}
+		s.mu.Unlock()
 	}
 	if s.parts > 0 {
 		for l, ids := range byLane {
@@ -93,31 +141,34 @@ func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 				n, err := ackScript.Run(ctx, s.c.rdb, []string{l.stream, l.lease}, args...).Int64()
 				switch {
 				case err != nil:
-					fail(l, classify(err))
+					fail(l, batch, classify(err), true)
 				case n < 0:
 					s.part.fenced(l)
-					fail(l, fmt.Errorf("the lease of lane %s is no longer this member's", l.id))
+					fail(l, batch, fmt.Errorf("the lease of lane %s is no longer this member's", l.id), false)
 				}
 			}
 		}
 		return errors.Join(errs...)
 	}
+	type sent struct {
+		l     *lane
+		batch []string
+		cmd   *redis.IntCmd
+	}
+	var cmds []sent
 	pipe := s.c.rdb.Pipeline()
-	var cmds []*redis.IntCmd
 	for l, ids := range byLane {
 		for batch := range slices.Chunk(ids, ackBatch) {
-			cmds = append(cmds, pipe.XAck(ctx, l.stream, s.group, batch...))
+			cmds = append(cmds, sent{l, batch, pipe.XAck(ctx, l.stream, s.group, batch...)})
 		}
 	}
 	if len(cmds) > 0 {
 		_, _ = pipe.Exec(ctx)
 	}
-	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil {
-			fail(s.lane(unorderedLane), classify(err))
-			break
+	for _, c := range cmds {
+		if err := c.cmd.Err(); err != nil {
+			fail(c.l, c.batch, classify(err), true)
 		}
 	}
-	s.unhold(ds)
 	return errors.Join(errs...)
 }

@@ -99,16 +99,17 @@ func open(ctx context.Context, cfg *config, log *slog.Logger) (*conn, error) {
 	if v := infoField(info, "redis_version"); !atLeast(v, 7) {
 		return fail(fmt.Errorf("the server is Redis %s; redisbus needs 7.0 or later (XAUTOCLAIM, XINFO GROUPS lag): %w", v, driver.ErrUnsupported))
 	}
-	c.maxBytes = cfg.maxBytes
-	if c.maxBytes == 0 {
-		// The server's limit on one bulk string (a message's body), when
-		// the user may read the configuration; else Redis's default.
-		c.maxBytes = defaultBulkLen
-		if kv, err := c.rdb.ConfigGet(ctx, "proto-max-bulk-len").Result(); err == nil {
-			if n, err := strconv.Atoi(kv["proto-max-bulk-len"]); err == nil && n > 0 {
-				c.maxBytes = n
-			}
+	// The server's limit on one bulk string (a message's body), when the
+	// user may read the configuration; else Redis's default. A URL's
+	// max_message_bytes may lower it.
+	c.maxBytes = defaultBulkLen
+	if kv, err := c.rdb.ConfigGet(ctx, "proto-max-bulk-len").Result(); err == nil {
+		if n, err := strconv.Atoi(kv["proto-max-bulk-len"]); err == nil && n > 0 {
+			c.maxBytes = n
 		}
+	}
+	if cfg.maxBytes > 0 {
+		c.maxBytes = min(c.maxBytes, cfg.maxBytes)
 	}
 	return c, nil
 }

@@ -116,6 +116,7 @@ type sub struct {
 	// Receive's own: calls never overlap.
 	asked bool
 	carry []*driver.Delivery
+	size  int // the mean size of the last read's entries
 
 	mu    sync.Mutex
 	lanes map[string]*lane    // the lanes the member holds
@@ -141,7 +142,8 @@ type lane struct {
 	last   string // the newest entry read
 	after  string // the ID a blocking read waits after
 
-	// Guarded by sub.mu (partitioned).
+	// Guarded by sub.mu.
+	reack     []string  // settled entries whose acknowledgement failed: sent with the next
 	deadline  time.Time // the lease is ours until then, unless renewed
 	claimed   bool      // Lanes.Claimed returned
 	releasing bool      // release owns it from here on

@@ -21,17 +21,16 @@ import (
 
 // Defaults of the URL parameters.
 const (
-	DefaultPort         = "6379"
-	DefaultDialTimeout  = 5 * time.Second
-	DefaultClaimIdle    = 30 * time.Second
-	DefaultWaitTimeout  = 5 * time.Second
-	DefaultLeaseTTL     = 10 * time.Second
-	DefaultRebalance    = time.Second
-	minLeaseTTL         = 500 * time.Millisecond
-	minClaimIdle        = 100 * time.Millisecond
-	defaultBulkLen      = 512 << 20 // Redis's default proto-max-bulk-len
-	defaultName         = "omnibus"
-	defaultMaxMsgSource = "proto-max-bulk-len"
+	DefaultPort        = "6379"
+	DefaultDialTimeout = 5 * time.Second
+	DefaultClaimIdle   = 30 * time.Second
+	DefaultWaitTimeout = 5 * time.Second
+	DefaultLeaseTTL    = 10 * time.Second
+	DefaultRebalance   = time.Second
+	minLeaseTTL        = 500 * time.Millisecond
+	minClaimIdle       = 100 * time.Millisecond
+	defaultBulkLen     = 512 << 20 // Redis's default proto-max-bulk-len
+	defaultName        = "omnibus"
 )
 
 var knownParams = []string{

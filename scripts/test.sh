@@ -3,11 +3,12 @@
 # integration tests need are installed and running on loopback, as a
 # fresh machine will not have them. What it may change on the machine:
 #   - installs, as root with apt-get, the Debian packages kcat (librdkafka's
-#     command-line client, for the Kafka interop test), rabbitmq-server and
-#     nats-server, when their commands are missing;
-#   - starts RabbitMQ (rabbitmq-server -detached, 127.0.0.1:5672) and NATS
+#     command-line client, for the Kafka interop test), rabbitmq-server,
+#     nats-server and redis-server, when their commands are missing;
+#   - starts RabbitMQ (rabbitmq-server -detached, 127.0.0.1:5672), NATS
 #     with JetStream (127.0.0.1:4222, store /var/lib/nats-server, log
-#     /var/log/nats-server.log) when nothing listens on their ports;
+#     /var/log/nats-server.log) and Redis (127.0.0.1:6379, nothing kept on
+#     disk) when nothing listens on their ports;
 #   - enables RabbitMQ's rabbitmq_consistent_hash_exchange plugin (for the
 #     partitioned mode), which the broker remembers in its enabled-plugins
 #     file.
@@ -98,5 +99,16 @@ if ! port_open 4568 && [ -d "$npm_dir/node_modules/dynalite" ]; then
     >/var/log/dynalite.log 2>&1 &
   wait_port 4568 30 || log "dynalite did not come up on 4568"
 fi
+if ! port_open 6379; then
+  need_pkg redis-server redis-server
+  log "starting Redis"
+  if command -v redis-server >/dev/null 2>&1; then
+    redis-server --bind 127.0.0.1 --port 6379 --save "" --appendonly no --daemonize yes >/dev/null || true
+    wait_port 6379 30 || log "Redis did not come up on 6379"
+  fi
+fi
+# redisbus's restart and bad-input tests start redis-server processes of
+# their own: the binary must be there even when a Redis already listens.
+need_pkg redis-server redis-server
 
 exec go test -race -count=1 -timeout 20m "$@" ./...

@@ -8,6 +8,7 @@ import (
 	_ "github.com/omnibus-go/omnibus/membus"
 	"github.com/omnibus-go/omnibus/natsbus"
 	_ "github.com/omnibus-go/omnibus/rabbitbus"
+	_ "github.com/omnibus-go/omnibus/redisbus"
 )
 
 // embeddedURL is the transport used when neither --url nor OMNIBUS_URL is
