@@ -115,3 +115,8 @@ func deleteTopic(t testing.TB, topic string) {
 		}
 	}
 }
+
+// postNSQD calls an nsqd API of a topic and channel at httpAddr.
+func postNSQD(httpAddr, path, topic, channel string) error {
+	return nsqtest.Post(httpAddr, path, url.Values{"topic": {topic}, "channel": {channel}})
+}
