@@ -1,3 +1,172 @@
 // Package nsqbus is omnibus's NSQ transport, scheme nsq://, built on
-// github.com/nsqio/go-nsq and tested against nsqd and nsqlookupd 1.3.
+// github.com/nsqio/go-nsq and tested against nsqd and nsqlookupd 1.3
+// (started by the tests themselves from the nsq module's packages; see
+// internal/nsqtest).
+//
+// Import it for its side effect:
+//
+//	import _ "github.com/omnibus-go/omnibus/nsqbus"
+//
+//	c, err := omnibus.Open(ctx, "nsq://127.0.0.1:4150")
+//	c, err := omnibus.Open(ctx, "nsq://lookupd1:4161,lookupd2:4161?lookup=true")
+//
+// # URL
+//
+//	nsq://[SECRET@]host[:port][,host[:port]...][?param=value&...]
+//
+// Without lookup the hosts are nsqd TCP addresses (port 4150 by
+// default): consumers connect to every one, and publishing goes to them
+// in turn. With lookup=true they are nsqlookupd HTTP addresses (port
+// 4161 by default): consumers find the nsqds holding their topic
+// through nsqlookupd (go-nsq's ConnectToNSQLookupds), and publishing
+// goes in turn to the nsqds registered with it (/nodes). The secret, for
+// nsqd's --auth-http-address, is the user info (nsq://SECRET@host, or
+// nsq://:SECRET@host); errors and logs never show it. Unknown parameters
+// are an error, and so is a URL without a host.
+//
+//	parameter          default        meaning
+//	durability         all            none | leader | all, read by package omnibus (below)
+//	lookup             false          true: the hosts are nsqlookupd HTTP addresses
+//	http_port          TCP port + 1   nsqd's HTTP port (direct mode), for channels, limits and lag
+//	msg_timeout        60s            how long nsqd waits for FIN before it delivers again (IDENTIFY msg_timeout)
+//	max_message_bytes  (nsqd's)       the largest message nsqd takes, as encoded; read from nsqd's --max-msg-size
+//	poll_interval      5s             how often consumers ask nsqlookupd for nsqds, and wait to dial a lost nsqd again
+//	dial_timeout       5s             bound on TCP connects and on each HTTP call
+//
+// # Topology
+//
+// A topic is an NSQ topic; a consumer group is a channel of it, named
+// after the group; the members of a group are consumers of the channel
+// and compete for its messages. A group omnibus names itself (no Group
+// option) is an ephemeral channel ("<group>#ephemeral"), which nsqd
+// deletes with its messages when its last consumer leaves, and which
+// keeps at most nsqd's --mem-queue-size messages (nsqd drops the
+// overflow of an ephemeral channel). NSQ takes names of ASCII letters,
+// digits, '.', '_' and '-', up to 64 bytes: other characters are an
+// error (ErrInvalid), and a longer name is cut to its first 55 bytes and
+// a hash of the whole, the same in every client.
+//
+// Subscribe creates the topic and the channel on every nsqd holding the
+// topic (in lookup mode every nsqd registered when none holds it yet)
+// through nsqd's HTTP API, before it connects, so a message published
+// after Subscribe returns reaches the group. A new channel gets what is
+// published after it exists, except that the first channel of a topic
+// gets what the topic kept meanwhile (NSQ keeps messages of a topic with
+// no channel): there is no replay. Dead letters go to "<topic>.dlq" (by
+// default), a topic like any other, which keeps them until a channel
+// reads them. omnibus deletes no topic and no channel.
+//
+// # Messages on the wire
+//
+// NSQ carries a body and nothing else, so a message travels as a
+// CloudEvent in the JSON event format (structured content mode, content
+// type application/cloudevents+json), which any CloudEvents reader
+// understands:
+//
+//	field        JSON event member
+//	ID           id
+//	Key          partitionkey (NSQ has no key: it orders and routes nothing)
+//	Type         type
+//	Source       source
+//	Time         time (RFC 3339 with nanoseconds)
+//	ContentType  datacontenttype
+//	Body         data (a JSON body of a JSON content type, as it is),
+//	             else data_base64
+//	             specversion: 1.0
+//	Headers      a member of the header's name when it is an attribute
+//	             name (lowercase letters and digits: "tenant", an
+//	             extension); the others ("trace-id") together in the
+//	             extension omnibusheaders, a JSON object in a string
+//
+// A body that is no JSON event of specversion 1.0 (a producer other
+// than omnibus) is delivered as it is, with NSQ's message ID as the ID
+// and its timestamp as the time. Delivery.Position is NSQ's message ID.
+// A binary body takes 4 bytes for 3 in base64, so Capabilities'
+// MaxMessageBytes is (max-msg-size - 512) x 3/4.
+//
+// # Delivery semantics
+//
+// Publishing: PUB for one message, MPUB for more, within nsqd's
+// --max-body-size; a batch's commands are pipelined on one connection
+// per nsqd and waited for together. nsqd answers once the message is in
+// the topic's memory queue or on disk: there are no replicas, so leader
+// and all are the same. With durability none Publish does not wait for
+// the answer (at most once). A message over max-msg-size once encoded
+// fails alone with ErrTooLarge, before anything is sent; if nsqd refuses
+// an MPUB as too big anyway (max_message_bytes above its limit), nothing
+// of it was stored, and each message is sent alone to find which fail.
+// nsqd closes a connection after refusing a command and runs nothing
+// sent after it, so those commands are sent again on a new connection.
+// A command whose connection dropped before nsqd answered fails with an
+// error that says it may or may not be stored (at least once, if the
+// caller publishes again).
+//
+// Consuming: at least once. A member is a go-nsq Consumer of the
+// channel; it buffers what nsqd sends and the engine takes it. Its
+// in-flight window (RDY, spread by go-nsq over its connections) is the
+// engine's MaxInFlight, narrowed to what fits in MaxInFlightBytes at the
+// size of the messages received so far (a moving average), since nsqd
+// sends as many messages as the window whatever their size and each
+// starts timing out when it is sent. Settling is FIN; a retry is REQ with
+// the engine's delay (at most nsqd's --max-req-timeout), so nsqd
+// delivers the message again after the delay, to any member: native
+// delayed redelivery, with no backoff state (go-nsq's backoff and its
+// max_attempts are off; the engine counts attempts and dead-letters).
+// Delivery.Attempt is the message's attempt count, which nsqd raises on
+// every delivery, timeouts and REQ included. Every message a member
+// holds (buffered, or in the engine) is touched (TOUCH) every third of
+// msg_timeout, so a slow handler keeps its message; nsqd stops
+// extending at its --max-msg-timeout (15 minutes by default) after the
+// delivery, and the message is then delivered again. A member that dies
+// without closing leaves its messages in flight until msg_timeout, then
+// nsqd delivers them to the other members. Close stops the consumer
+// (CLS) and hands back at once (REQ without delay) everything the member
+// holds unsettled. NSQ keeps no order: the group is one unordered lane,
+// "0" (Capabilities.Ordered is false), and OrderKey, OrderLane and
+// StartEarliest are refused with a *CapabilityError at Subscribe.
+//
+// Durability of the server: nsqd keeps up to --mem-queue-size messages
+// per topic and channel in memory and the rest on disk. Stopped
+// gracefully (SIGTERM) it writes everything, in flight included, to its
+// data directory and delivers it again after a restart; a crash
+// (SIGKILL, power loss) loses what was in memory.
+//
+// Lag is one lane's, in messages: the channel's depth (memory and disk),
+// in flight and deferred (REQ with a delay), from /stats of every nsqd
+// holding the topic. A read that fails gives Known false. The connection
+// also reads a group's lag from outside the group (GroupLag, which
+// omnibus lag uses).
+//
+// # Reconnection
+//
+// go-nsq's consumer dials a lost nsqd again every poll_interval (direct
+// mode) or finds it again through nsqlookupd; messages delivered on the
+// lost connection are settled nowhere and come back after msg_timeout
+// (or at once when nsqd stopped gracefully, since it saved them).
+// Publishing dials again on the next Publish, and tries the next nsqd
+// when one cannot be reached.
+//
+//	capability       nsqbus
+//	ordered lanes    no (one unordered lane per channel)
+//	lag              depth (depth + in flight + deferred)
+//	exclusive lanes  no
+//	groups           yes (channels)
+//	replay           no
+//	native nack      yes (REQ with delay)
+//	max message      (max-msg-size - 512) x 3/4
+//
+// # Errors
+//
+// Open connects to the first nsqd (direct mode: IDENTIFY, and AUTH with
+// the secret) or asks the nsqlookupds for their nsqds, so an unreachable
+// cluster or a refused secret fails there, within dial_timeout and the
+// context, naming the address. A topic or group name NSQ cannot take
+// wraps driver.ErrInvalid; an oversized message ErrTooLarge; a Publish
+// that reached no nsqd ErrRetryable.
+//
+// # Concurrency
+//
+// Everything is safe for concurrent use. A subscriber's Receive is called
+// from one goroutine; Ack, Nack and Lag may be called concurrently with
+// it.
 package nsqbus

@@ -37,3 +37,39 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeNotCloudEvent: bodies that are no JSON event of
+// specversion 1.0 are not taken for one.
+func TestDecodeNotCloudEvent(t *testing.T) {
+	for _, body := range []string{
+		``, `hello`, `{}`, `[1,2]`, `{"specversion":"0.3","id":"x"}`, `{"id":"x"}`,
+		`{"specversion":"1.0","id":"x"`, `{"specversion":"1.0","id":"x\"}`, `{"specversion":"1.0","data_base64":"!!"}`,
+		`{"specversion":"1.0"} trailing`, `{"specversion":"1.0","data":{"a":[1,"}"]}`,
+	} {
+		var m driver.Message
+		if decode([]byte(body), &m) {
+			t.Errorf("decode(%q) = true, %+v; want false", body, m)
+		}
+	}
+}
+
+// TestDecodeForeign reads JSON events as other producers write them:
+// escapes, whitespace, non-string attributes, data of every kind.
+func TestDecodeForeign(t *testing.T) {
+	body := ` { "specversion" : "1.0", "id":"a\"b", "type":"t\u00e9", "count": 3, "flag": true, "nothing": null,
+		"nested": {"x": "}"}, "datacontenttype": "text/plain", "data": "text\nbody" } `
+	var m driver.Message
+	if !decode([]byte(body), &m) {
+		t.Fatalf("decode(%s) = false", body)
+	}
+	if m.ID != `a"b` || m.Type != "té" || m.Headers["count"] != "3" || m.Headers["flag"] != "true" || string(m.Body) != "text\nbody" || m.ContentType != "text/plain" {
+		t.Errorf("got %+v", m)
+	}
+	if _, ok := m.Headers["nested"]; ok {
+		t.Errorf("an object attribute became header %q", m.Headers["nested"])
+	}
+	m = driver.Message{}
+	if !decode([]byte(`{"specversion":"1.0","id":"j","data":{"a":1}}`), &m) || string(m.Body) != `{"a":1}` || m.ContentType != "application/json" {
+		t.Errorf("JSON data without datacontenttype: got %+v, want the object as body, application/json", m)
+	}
+}

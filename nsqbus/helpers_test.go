@@ -2,7 +2,9 @@ package nsqbus_test
 
 import (
 	"context"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,4 +103,20 @@ func deleteSuiteTopics(t *testing.T) {
 			t.Errorf("delete the suite's topics: %v", err)
 		}
 	})
+}
+
+// deleteTopic deletes topic (and its dead-letter topic) from the shared
+// nsqd.
+func deleteTopic(t testing.TB, topic string) {
+	n, _ := cluster(t)
+	for _, name := range []string{topic, topic + ".dlq"} {
+		if err := nsqtest.Post(n.HTTPAddr(), "/topic/delete", url.Values{"topic": {name}}); err != nil && !strings.Contains(err.Error(), "TOPIC_NOT_FOUND") {
+			t.Errorf("delete topic %q: %v", name, err)
+		}
+	}
+}
+
+// postNSQD calls an nsqd API of a topic and channel at httpAddr.
+func postNSQD(httpAddr, path, topic, channel string) error {
+	return nsqtest.Post(httpAddr, path, url.Values{"topic": {topic}, "channel": {channel}})
 }

@@ -90,7 +90,8 @@ func (c *conn) nodes(ctx context.Context, topic string) ([]node, error) {
 
 // publishNodes returns the nsqds to publish to: the URL's, or in lookup
 // mode every nsqd registered, looked up again after the poll interval or
-// when fresh is set (a publish to the ones known failed).
+// when fresh is set (a publish to the ones known failed). When the
+// lookup fails or finds none, the nsqds known last are used.
 func (c *conn) publishNodes(ctx context.Context, fresh bool) ([]node, error) {
 	if !c.cfg.lookup {
 		return c.nodes(ctx, "")
@@ -102,6 +103,12 @@ func (c *conn) publishNodes(ctx context.Context, fresh bool) ([]node, error) {
 		return lc.nodes, nil
 	}
 	ns, err := c.nodes(ctx, "")
+	if len(lc.nodes) > 0 && (err != nil || len(ns) == 0) {
+		// An nsqd that restarts is gone from nsqlookupd until it
+		// registers again, and may take messages before that: the
+		// nsqds known last are better than none.
+		return lc.nodes, nil
+	}
 	if err != nil {
 		return nil, err
 	}

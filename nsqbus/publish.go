@@ -10,11 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/nsqio/go-nsq"
 
@@ -26,16 +24,16 @@ type publisher struct {
 	next atomic.Uint32 // round robin over the nsqds
 
 	mu        sync.Mutex
-	producers map[string]*nsq.Producer // by nsqd TCP address
+	producers map[string]*producer // by nsqd TCP address
 	closed    bool
 }
 
 func newPublisher(c *conn) *publisher {
-	return &publisher{c: c, producers: map[string]*nsq.Producer{}}
+	return &publisher{c: c, producers: map[string]*producer{}}
 }
 
 // producer returns the producer of the nsqd at addr.
-func (p *publisher) producer(addr string) (*nsq.Producer, error) {
+func (p *publisher) producer(addr string) (*producer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -44,23 +42,28 @@ func (p *publisher) producer(addr string) (*nsq.Producer, error) {
 	if pr := p.producers[addr]; pr != nil {
 		return pr, nil
 	}
-	pr, err := nsq.NewProducer(addr, p.c.nsqConfig())
-	if err != nil {
-		return nil, fmt.Errorf("%v: %w", err, driver.ErrInvalid)
-	}
-	pr.SetLogger(p.c.nsqLogger(), nsq.LogLevelWarning)
+	pr := newProducer(p.c, addr)
 	p.producers[addr] = pr
 	return pr, nil
 }
 
-// ping connects to the nsqd at addr, bounded by ctx.
+// ping connects to the nsqd at addr (IDENTIFY, and AUTH with the
+// secret), bounded by ctx.
 func (p *publisher) ping(ctx context.Context, addr string) error {
 	pr, err := p.producer(addr)
 	if err != nil {
 		return err
 	}
 	done := make(chan error, 1)
-	go func() { done <- pr.Ping() }() // ends within dial_timeout and a write
+	go func() { // ends within dial_timeout and nsqd's answers
+		pr.mu.Lock()
+		defer pr.mu.Unlock()
+		if pr.nc != nil {
+			done <- nil
+			return
+		}
+		done <- pr.connectLocked()
+	}()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -79,7 +82,7 @@ func (p *publisher) close() {
 	p.producers = nil
 	p.mu.Unlock()
 	for _, pr := range prs {
-		pr.Stop()
+		pr.close()
 	}
 }
 
@@ -156,20 +159,17 @@ func batchError(topic string, msgs []*driver.Message, errs []error) error {
 // sendAll sends each batch (indexes into bodies) and records each
 // message's outcome in errs. The commands go out one after the other
 // without waiting, and are waited for together; a batch whose nsqd
-// cannot be dialed goes to the next nsqd (nothing was sent). With async
+// cannot be reached goes to the next nsqd (nothing was sent). With async
 // set (durability none) nothing is waited for.
 func (p *publisher) sendAll(ctx context.Context, topic string, bodies [][]byte, batches [][]int, errs []error, async bool) {
 	type pending struct {
 		batch []int
-		done  chan *nsq.ProducerTransaction
+		done  <-chan error
 	}
 	var waits []pending
 	for _, batch := range batches {
-		var done chan *nsq.ProducerTransaction
-		if !async {
-			done = make(chan *nsq.ProducerTransaction, 1)
-		}
-		if err := p.send(ctx, topic, bodies, batch, done); err != nil {
+		done, err := p.send(ctx, topic, bodies, batch)
+		if err != nil {
 			for _, i := range batch {
 				errs[i] = err
 			}
@@ -182,8 +182,7 @@ func (p *publisher) sendAll(ctx context.Context, topic string, bodies [][]byte, 
 	for _, w := range waits {
 		var err error
 		select {
-		case t := <-w.done:
-			err = t.Error
+		case err = <-w.done:
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
@@ -208,34 +207,44 @@ func (p *publisher) sendAll(ctx context.Context, topic string, bodies [][]byte, 
 
 // sendOne publishes one body and waits for nsqd's answer.
 func (p *publisher) sendOne(ctx context.Context, topic string, body []byte) error {
-	done := make(chan *nsq.ProducerTransaction, 1)
-	if err := p.send(ctx, topic, [][]byte{body}, []int{0}, done); err != nil {
+	done, err := p.send(ctx, topic, [][]byte{body}, []int{0})
+	if err != nil {
 		return err
 	}
 	select {
-	case t := <-done:
-		return p.c.publishError(t.Error)
+	case err := <-done:
+		return p.c.publishError(err)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// reconnectWait is how often send looks whether a producer between
-// connections can dial again.
-const reconnectWait = 20 * time.Millisecond
-
-// send hands one command to a producer: PUB for one message, MPUB for
-// more. It tries the nsqds in turn, starting with the next in round
-// robin, while they cannot be dialed.
-func (p *publisher) send(ctx context.Context, topic string, bodies [][]byte, batch []int, done chan *nsq.ProducerTransaction) error {
+// send writes one command to a producer, PUB for one message and MPUB
+// for more, and returns the channel of its answer. It tries the nsqds in
+// turn, starting with the next in round robin, while they cannot be
+// reached (nothing was sent).
+func (p *publisher) send(ctx context.Context, topic string, bodies [][]byte, batch []int) (<-chan error, error) {
+	var cmd *nsq.Command
+	if len(batch) == 1 {
+		cmd = nsq.Publish(topic, bodies[batch[0]])
+	} else {
+		bs := make([][]byte, len(batch))
+		for j, i := range batch {
+			bs[j] = bodies[i]
+		}
+		var err error
+		if cmd, err = nsq.MultiPublish(topic, bs); err != nil {
+			return nil, err
+		}
+	}
 	nodes, err := p.c.publishNodes(ctx, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	first := int(p.next.Add(1))
 	var last error
 	for try := range len(nodes) {
-		if try > 0 && p.c.cfg.lookup && try == 1 {
+		if try == 1 && p.c.cfg.lookup {
 			if fresh, err := p.c.publishNodes(ctx, true); err == nil {
 				nodes = fresh
 			}
@@ -243,47 +252,18 @@ func (p *publisher) send(ctx context.Context, topic string, bodies [][]byte, bat
 		addr := nodes[(first+try)%len(nodes)].tcp
 		pr, err := p.producer(addr)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		for wait := time.Duration(0); ; wait += reconnectWait {
-			if len(batch) == 1 {
-				err = pr.PublishAsync(topic, bodies[batch[0]], done)
-			} else {
-				bs := make([][]byte, len(batch))
-				for j, i := range batch {
-					bs[j] = bodies[i]
-				}
-				err = pr.MultiPublishAsync(topic, bs, done)
-			}
-			// A producer whose connection just closed is not connected
-			// until go-nsq has cleaned the old one up; then it dials
-			// again.
-			if !errors.Is(err, nsq.ErrNotConnected) || wait >= p.c.cfg.dialTO {
-				break
-			}
-			select {
-			case <-time.After(reconnectWait):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+		done, err := pr.send(cmd)
 		if err == nil {
-			return nil
+			return done, nil
 		}
-		last = fmt.Errorf("nsqd %s: %w", addr, p.c.publishError(err))
-		if !unsent(err) {
-			return last
+		if errors.Is(err, driver.ErrClosed) {
+			return nil, err
 		}
+		last = fmt.Errorf("nsqd %s: %w: %w", addr, p.c.clientError(err), driver.ErrRetryable)
 	}
-	return last
-}
-
-// unsent reports whether a producer's error means the command never
-// left: the nsqd could not be dialed, or the producer was between
-// connections.
-func unsent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, nsq.ErrNotConnected)
+	return nil, last
 }
 
 // tooLarge reports whether nsqd refused a message or an MPUB body as too
@@ -293,9 +273,8 @@ func tooLarge(err error) bool {
 	return errors.As(err, &pe) && strings.Contains(pe.Reason, "too big")
 }
 
-// publishError classifies a producer's error: too big is
-// driver.ErrTooLarge, a bad topic driver.ErrInvalid, a dial failure
-// driver.ErrRetryable (nothing was sent).
+// publishError classifies nsqd's refusal of a command: too big is
+// driver.ErrTooLarge, a bad topic driver.ErrInvalid.
 func (c *conn) publishError(err error) error {
 	if err == nil {
 		return nil
@@ -307,10 +286,6 @@ func (c *conn) publishError(err error) error {
 		return fmt.Errorf("nsqd refused it: %s: %w", pe.Reason, driver.ErrTooLarge)
 	case isProto && strings.HasPrefix(pe.Reason, "E_BAD_TOPIC"):
 		return fmt.Errorf("%s: %w", pe.Reason, driver.ErrInvalid)
-	case errors.Is(err, nsq.ErrStopped):
-		return driver.ErrClosed
-	case unsent(err):
-		return fmt.Errorf("%w: %w", c.clientError(err), driver.ErrRetryable)
 	}
 	return c.clientError(err)
 }

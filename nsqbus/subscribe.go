@@ -9,6 +9,8 @@ package nsqbus
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"net/url"
 	"sync"
 	"time"
@@ -38,8 +40,16 @@ type sub struct {
 	cb      driver.Lanes
 	cons    *nsq.Consumer
 
+	// Receive's own: calls never overlap.
+	carry []*driver.Delivery // decoded, did not fit in the last Receive
+
+	maxMsgs  int // the engine's MaxInFlight
+	maxBytes int // and MaxInFlightBytes
+
 	mu     sync.Mutex
-	buf    []*driver.Delivery
+	avg    int                        // bytes per message received, a moving average (0 before the first)
+	window int                        // the consumer's max in flight (RDY over its connections)
+	buf    []*nsq.Message             // received, not yet taken by Receive
 	held   map[*nsq.Message]time.Time // received and not answered: when last received or touched
 	closed bool
 	wake   chan struct{}
@@ -95,17 +105,27 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 			return fail(fmt.Errorf("create the channel on nsqd %s: %w", n.http, err))
 		}
 	}
+	s := &sub{
+		c: c, topic: topic, nsqTop: nsqTop, channel: channel, cb: opts.Lanes,
+		maxMsgs: min(max(opts.MaxInFlight, 1), maxRdy), maxBytes: max(opts.MaxInFlightBytes, 1),
+		held: map[*nsq.Message]time.Time{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	s.avg = guessBytes
+	s.window = s.windowFor(s.avg)
 	cfg := c.nsqConfig()
-	cfg.MaxInFlight = min(max(opts.MaxInFlight, 1), maxRdy)
+	cfg.MaxInFlight = s.window
 	cons, err := nsq.NewConsumer(nsqTop, channel, cfg)
 	if err != nil {
 		return fail(fmt.Errorf("%v: %w", err, driver.ErrInvalid))
 	}
 	cons.SetLogger(c.nsqLogger(), nsq.LogLevelWarning)
-	s := &sub{
-		c: c, topic: topic, nsqTop: nsqTop, channel: channel, cb: opts.Lanes, cons: cons,
-		held: map[*nsq.Message]time.Time{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
-	}
+	// go-nsq's own client for nsqlookupd keeps connections that nothing
+	// closes after Stop; one without keep-alives keeps none.
+	cons.SetLookupdHttpClient(&http.Client{
+		Transport: &http.Transport{DisableKeepAlives: true, DialContext: (&net.Dialer{Timeout: c.cfg.dialTO}).DialContext},
+		Timeout:   c.cfg.dialTO + 10*time.Second,
+	})
+	s.cons = cons
 	cons.AddHandler(s)
 	if !c.subs.Add(s) {
 		cons.Stop()
@@ -131,14 +151,12 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 }
 
 // HandleMessage implements go-nsq's Handler, on go-nsq's handler
-// goroutine: it decodes the message into a delivery and buffers it.
+// goroutine: it buffers the message and holds it (the keeper touches
+// it from now on). It does nothing more, so that go-nsq's connections,
+// which wait for it, read on: a message nsqd sent is in flight, and
+// times out, whether or not it was read.
 func (s *sub) HandleMessage(m *nsq.Message) error {
 	m.DisableAutoResponse()
-	d := &driver.Delivery{Lane: lane, Position: string(m.ID[:]), Attempt: int(m.Attempts), Token: m}
-	if !decode(m.Body, &d.Message) {
-		// Not a CloudEvent: a producer other than omnibus.
-		d.Message = driver.Message{ID: string(m.ID[:]), Time: time.Unix(0, m.Timestamp), Body: m.Body}
-	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -146,14 +164,91 @@ func (s *sub) HandleMessage(m *nsq.Message) error {
 		return nil
 	}
 	s.held[m] = time.Now()
-	s.buf = append(s.buf, d)
+	s.buf = append(s.buf, m)
+	window := s.adaptLocked(len(m.Body))
 	s.mu.Unlock()
 	driver.Notify(s.wake)
+	if window > 0 {
+		s.cons.ChangeMaxInFlight(window)
+	}
 	return nil
 }
 
-// Receive implements driver.Subscriber.
+// guessBytes is the message size assumed before the first messages:
+// the average starts there, so one small message does not open the
+// window wide for large ones behind it.
+const guessBytes = 64 << 10
+
+// windowFor is how many messages of size bytes fit in the engine's
+// bounds.
+func (s *sub) windowFor(size int) int {
+	return min(s.maxMsgs, max(1, s.maxBytes/max(size, 1)))
+}
+
+// adaptLocked folds a message of size bytes into the average, and
+// returns the consumer's new max in flight when the messages' size
+// moved it by a quarter or more, else 0. nsqd sends as many messages as
+// the max in flight, whatever their size, and each starts timing out
+// when it is sent: the window keeps what is sent within the engine's
+// byte bound too, so that large messages do not wait in the socket
+// until they time out.
+func (s *sub) adaptLocked(size int) int {
+	s.avg += (size - s.avg) / 8
+	w := s.windowFor(s.avg)
+	if w == s.window || (w > s.window*3/4 && w < s.window*5/4 && w != s.maxMsgs) {
+		return 0
+	}
+	s.window = w
+	return w
+}
+
+// delivery decodes a message into a delivery.
+func delivery(m *nsq.Message) *driver.Delivery {
+	d := &driver.Delivery{Lane: lane, Position: string(m.ID[:]), Attempt: int(m.Attempts), Token: m}
+	if !decode(m.Body, &d.Message) {
+		// Not a CloudEvent: a producer other than omnibus.
+		d.Message = driver.Message{ID: string(m.ID[:]), Time: time.Unix(0, m.Timestamp), Body: m.Body}
+	}
+	return d
+}
+
+// Receive implements driver.Subscriber. It decodes at most room.Count
+// messages of the buffer, outside the lock, and returns what of them
+// fits in room; the rest is first in line for the next call.
 func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
+	if len(s.carry) == 0 {
+		ms, err := s.take(ctx, room.Count)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range ms {
+			s.carry = append(s.carry, delivery(m))
+		}
+	}
+	n, bytes := 0, 0
+	for ; n < len(s.carry); n++ {
+		size := s.carry[n].Size()
+		if !room.Fits(n, bytes, size) {
+			break
+		}
+		bytes += size
+	}
+	if n == 0 {
+		return nil, nil // the first waiting does not fit
+	}
+	out := make([]*driver.Delivery, n)
+	copy(out, s.carry)
+	clear(s.carry[:n])
+	s.carry = s.carry[n:]
+	if len(s.carry) == 0 {
+		s.carry = nil
+	}
+	return out, nil
+}
+
+// take waits for the buffer to hold messages and takes up to most of
+// them.
+func (s *sub) take(ctx context.Context, most int) ([]*nsq.Message, error) {
 	s.mu.Lock()
 	for {
 		if s.closed {
@@ -161,19 +256,8 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 			return nil, fmt.Errorf("nsqbus: receive %q: %w", s.topic, driver.ErrClosed)
 		}
 		if len(s.buf) > 0 {
-			n, bytes := 0, 0
-			for ; n < len(s.buf); n++ {
-				size := s.buf[n].Size()
-				if !room.Fits(n, bytes, size) {
-					break
-				}
-				bytes += size
-			}
-			if n == 0 {
-				s.mu.Unlock()
-				return nil, nil // the first waiting does not fit
-			}
-			out := make([]*driver.Delivery, n)
+			n := min(len(s.buf), max(most, 1))
+			out := make([]*nsq.Message, n)
 			copy(out, s.buf)
 			clear(s.buf[:n])
 			s.buf = s.buf[n:]
@@ -200,7 +284,7 @@ const stopWait = 5 * time.Second
 // Close implements driver.Subscriber. It stops the consumer (CLS: nsqd
 // sends nothing more) and hands back at once (REQ without delay)
 // everything the member holds unanswered, what the engine abandoned and
-// what waits in the buffer, so the group's other members get it now
+// what waits in the buffer or was decoded and not taken, so the group's other members get it now
 // rather than after msg_timeout.
 func (s *sub) Close() error {
 	s.closeOnce.Do(func() {

@@ -34,6 +34,9 @@ func runNSQD(cfg child) error {
 		opts.MaxMsgSize = cfg.MaxMsgSize
 		opts.MaxBodySize = max(opts.MaxBodySize, 4*cfg.MaxMsgSize)
 	}
+	if cfg.MemQueueSize > 0 {
+		opts.MemQueueSize = cfg.MemQueueSize
+	}
 	if cfg.LookupdTCP != "" {
 		opts.NSQLookupdTCPAddresses = []string{cfg.LookupdTCP}
 	}

@@ -50,6 +50,9 @@ type Config struct {
 	MsgTimeout time.Duration
 	// MaxMsgSize is nsqd's --max-msg-size. Default: 1 MiB.
 	MaxMsgSize int64
+	// MemQueueSize is nsqd's --mem-queue-size, the messages a topic or
+	// channel keeps in memory before it writes to disk. Default: 10000.
+	MemQueueSize int64
 	// Lookupd is the nsqlookupd the server registers with, if any.
 	Lookupd *Lookupd
 	// AuthHTTPAddress is nsqd's --auth-http-address: the server asks it
@@ -63,6 +66,7 @@ type child struct {
 	Dir             string
 	MsgTimeout      time.Duration
 	MaxMsgSize      int64
+	MemQueueSize    int64
 	LookupdTCP      string
 	AuthHTTPAddress string
 }
@@ -235,7 +239,8 @@ func Start(dir string, cfg Config) (*NSQD, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := child{TCP: tcp, HTTP: web, Dir: dir, MsgTimeout: cfg.MsgTimeout, MaxMsgSize: cfg.MaxMsgSize, AuthHTTPAddress: cfg.AuthHTTPAddress}
+	c := child{TCP: tcp, HTTP: web, Dir: dir, MsgTimeout: cfg.MsgTimeout, MaxMsgSize: cfg.MaxMsgSize, MemQueueSize: cfg.MemQueueSize,
+		AuthHTTPAddress: cfg.AuthHTTPAddress}
 	if cfg.Lookupd != nil {
 		c.LookupdTCP = cfg.Lookupd.TCPAddr()
 	}

@@ -1,0 +1,239 @@
+package nsqbus_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"runtime/debug"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nsqio/go-nsq"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/nsqtest"
+)
+
+// Benchmarks run omnibus and raw go-nsq side by side against the same
+// nsqd in one run and report both rates and their ratio:
+//
+//	go test -run '^$' -bench . -benchtime 20000x ./nsqbus/
+//
+// The raw side is go-nsq as its users write it: a Producer's
+// MultiPublish of plain bodies, and a Consumer whose handler returns nil
+// (go-nsq sends FIN). omnibus's messages carry more (the CloudEvents
+// envelope: ID, time, the body in base64), which is part of what is
+// measured.
+
+const benchBatch = 100
+
+// benchWindow is the consume benchmark's in-flight window, the same on
+// both sides: omnibus.MaxInFlight, and go-nsq's max_in_flight.
+const benchWindow = 1024
+
+// benchServer starts an nsqd of the benchmark's own that keeps its
+// topics and channels in memory, so that what is measured is the
+// clients and the protocol, not the disk (nsqd writes beyond
+// mem-queue-size, and a publish benchmark builds a backlog).
+func benchServer(b *testing.B) *nsqtest.NSQD {
+	return nsqtest.StartNSQD(b, nsqtest.Config{MemQueueSize: 1 << 20})
+}
+
+func report(b *testing.B, n int, omni, raw time.Duration) {
+	o := float64(n) / omni.Seconds()
+	r := float64(n) / raw.Seconds()
+	b.ReportMetric(o, "omnibus-msgs/s")
+	b.ReportMetric(r, "raw-msgs/s")
+	b.ReportMetric(o/r, "ratio")
+	b.ReportMetric(0, "ns/op")
+}
+
+func rawProducer(b *testing.B, addr string) *nsq.Producer {
+	b.Helper()
+	p, err := nsq.NewProducer(addr, nsq.NewConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.SetLoggerLevel(nsq.LogLevelError)
+	b.Cleanup(p.Stop)
+	return p
+}
+
+func rawPublish(b *testing.B, p *nsq.Producer, topic string, n int, body []byte) {
+	b.Helper()
+	bodies := make([][]byte, benchBatch)
+	for i := 0; i < n; i += benchBatch {
+		bodies = bodies[:min(benchBatch, n-i)]
+		for j := range bodies {
+			bodies[j] = body
+		}
+		if err := p.MultiPublish(topic, bodies); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func omnibusPublish(b *testing.B, c *omnibus.Client, topic string, n int, body []byte) {
+	b.Helper()
+	ctx := context.Background()
+	ms := make([]*omnibus.Message, benchBatch)
+	for i := 0; i < n; i += benchBatch {
+		ms = ms[:min(benchBatch, n-i)]
+		for j := range ms {
+			ms[j] = &omnibus.Message{Body: body}
+		}
+		if err := c.Publish(ctx, topic, ms...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchTopic returns a fresh topic name, deleted (with the topics named
+// after it) when b ends.
+func benchTopic(b *testing.B, n *nsqtest.NSQD, suffixes ...string) string {
+	topic := fmt.Sprintf("bench-%x", rand.Uint32())
+	b.Cleanup(func() {
+		for _, s := range append([]string{""}, suffixes...) {
+			_ = nsqtest.Post(n.HTTPAddr(), "/topic/delete", url.Values{"topic": {topic + s}})
+		}
+	})
+	return topic
+}
+
+// BenchmarkPublish publishes b.N messages on each side, in the order
+// omnibus, raw, raw, omnibus (b.N/2 each time), so that a drift of the
+// shared machine weighs on both sides alike.
+func BenchmarkPublish(b *testing.B) {
+	n := benchServer(b)
+	for _, size := range []int{100, 1024} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			body := make([]byte, size)
+			c := open(b, n.URL())
+			p := rawProducer(b, n.TCPAddr())
+			topic := benchTopic(b, n, "-raw")
+			omnibusPublish(b, c, topic, benchBatch, body) // warm up
+			rawPublish(b, p, topic+"-raw", benchBatch, body)
+			half := max(1, b.N/2)
+			timed := func(publish func()) time.Duration {
+				debug.FreeOSMemory()
+				start := time.Now()
+				publish()
+				return time.Since(start)
+			}
+			omniRun := func() { omnibusPublish(b, c, topic, half, body) }
+			rawRun := func() { rawPublish(b, p, topic+"-raw", half, body) }
+			b.ResetTimer()
+			omni := timed(omniRun)
+			raw := timed(rawRun) + timed(rawRun)
+			omni += timed(omniRun)
+			b.StopTimer()
+			report(b, 2*half, omni, raw)
+		})
+	}
+}
+
+// BenchmarkConsume measures in the order omnibus, raw, raw, omnibus,
+// each on a topic of its own holding b.N/2 messages, and adds up each
+// side's time.
+func BenchmarkConsume(b *testing.B) {
+	n := benchServer(b)
+	for _, size := range []int{100, 1024} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			body := make([]byte, size)
+			c := open(b, n.URL())
+			p := rawProducer(b, n.TCPAddr())
+			topic := benchTopic(b, n, "-1", "-2", "-raw1", "-raw2")
+			half := max(1, b.N/2)
+			// A channel made before publishing keeps the messages for the
+			// group (the first channel of a topic would get them anyway).
+			for _, t := range []string{"-1", "-2"} {
+				createChannel(b, n, topic+t, "bench")
+				omnibusPublish(b, c, topic+t, half, body)
+			}
+			for _, t := range []string{"-raw1", "-raw2"} {
+				createChannel(b, n, topic+t, "bench")
+				rawPublish(b, p, topic+t, half, body)
+			}
+			b.ResetTimer()
+			omni := consumeOmnibus(b, c, topic+"-1", half)
+			raw := consumeRaw(b, n.TCPAddr(), topic+"-raw1", half)
+			raw += consumeRaw(b, n.TCPAddr(), topic+"-raw2", half)
+			omni += consumeOmnibus(b, c, topic+"-2", half)
+			b.StopTimer()
+			report(b, 2*half, omni, raw)
+		})
+	}
+}
+
+// consumeOmnibus reads n messages of topic with group "bench", unordered,
+// and returns the time it took.
+func consumeOmnibus(b *testing.B, c *omnibus.Client, topic string, n int) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	debug.FreeOSMemory()
+	start := time.Now()
+	var got atomic.Int64
+	done := make(chan struct{})
+	k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error {
+		if got.Add(1) == int64(n) {
+			close(done)
+		}
+		return nil
+	}, omnibus.Group("bench"), omnibus.MaxInFlight(benchWindow))
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = k.Run(ctx) }()
+	<-done
+	d := time.Since(start)
+	_ = k.Shutdown(ctx)
+	return d
+}
+
+// consumeRaw reads n messages of topic with a go-nsq Consumer of channel
+// "bench", max_in_flight benchWindow, a handler that returns nil (go-nsq
+// sends FIN), and returns the time it took. It reads what omnibus hands
+// a handler: the message ID and the attempt count.
+func consumeRaw(b *testing.B, addr, topic string, n int) time.Duration {
+	b.Helper()
+	debug.FreeOSMemory()
+	start := time.Now()
+	cfg := nsq.NewConfig()
+	cfg.MaxInFlight = benchWindow
+	cons, err := nsq.NewConsumer(topic, "bench", cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cons.SetLoggerLevel(nsq.LogLevelError)
+	var got atomic.Int64
+	done := make(chan struct{})
+	cons.AddHandler(nsq.HandlerFunc(func(m *nsq.Message) error {
+		if m.ID[0] == 0 || m.Attempts == 0 {
+			b.Error("no message ID or attempt count")
+		}
+		if got.Add(1) == int64(n) {
+			close(done)
+		}
+		return nil
+	}))
+	if err := cons.ConnectToNSQD(addr); err != nil {
+		b.Fatal(err)
+	}
+	<-done
+	d := time.Since(start)
+	cons.Stop()
+	<-cons.StopChan
+	return d
+}
+
+// createChannel creates channel on topic on n.
+func createChannel(b *testing.B, n *nsqtest.NSQD, topic, channel string) {
+	b.Helper()
+	for _, path := range []string{"/topic/create", "/channel/create"} {
+		if err := postNSQD(n.HTTPAddr(), path, topic, channel); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package nsqbus
+
+// A producer publishes to one nsqd over a go-nsq Conn. nsqd answers the
+// commands of a connection in order, so a queue of pending commands
+// matches each answer (OK, or an error) to its command, and concurrent
+// Publish calls pipeline on one connection. It dials on first use and
+// after the connection drops.
+//
+// go-nsq's own Producer is not used: it races with itself when it
+// reconnects (its router reads the connection that the next dial
+// writes) and can panic on an answer after a drop (go-nsq issue 345).
+//
+// producer.mu guards the connection and the queue; commands are written
+// under it, so the queue's order is the order on the wire. go-nsq calls
+// the delegate methods (OnResponse, OnError, OnClose) on the
+// connection's goroutines.
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nsqio/go-nsq"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// errLost is the answer of a command whose connection closed before
+// nsqd answered: nsqd may or may not have stored its messages.
+var errLost = errors.New("connection to nsqd lost before its answer; the messages may or may not be stored")
+
+type producer struct {
+	c    *conn
+	addr string
+
+	mu      sync.Mutex
+	nc      *nsq.Conn // nil while not connected
+	pending []*command
+	refused bool // nsqd answered an error on nc, and closes it: what follows was not run
+	closed  bool
+}
+
+// command is a PUB or MPUB waiting for its answer.
+type command struct {
+	cmd   *nsq.Command
+	done  chan error // the answer; buffered
+	tries int
+}
+
+func newProducer(c *conn, addr string) *producer {
+	return &producer{c: c, addr: addr}
+}
+
+// connectLocked dials nsqd, sends IDENTIFY (and AUTH with the secret).
+func (p *producer) connectLocked() error {
+	nc := nsq.NewConn(p.addr, p.c.nsqConfig(), p)
+	nc.SetLogger(p.c.nsqLogger(), nsq.LogLevelWarning, "(%s)")
+	if _, err := nc.Connect(); err != nil {
+		_ = nc.Close()
+		return err
+	}
+	p.nc, p.refused = nc, false
+	return nil
+}
+
+// send writes cmd and returns the channel its answer comes on. An error
+// means nothing was sent: the producer is closed, or nsqd could not be
+// reached.
+func (p *producer) send(cmd *nsq.Command) (<-chan error, error) {
+	c := &command{cmd: cmd, done: make(chan error, 1)}
+	if err := p.write(c); err != nil {
+		return nil, err
+	}
+	return c.done, nil
+}
+
+func (p *producer) write(c *command) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return driver.ErrClosed
+	}
+	if p.nc == nil {
+		if err := p.connectLocked(); err != nil {
+			return err
+		}
+	}
+	c.tries++
+	p.pending = append(p.pending, c)
+	// A failed write closes the connection (go-nsq calls OnIOError);
+	// the command is answered with the others from OnClose.
+	_ = p.nc.WriteCommand(c.cmd)
+	return nil
+}
+
+// answer hands the oldest pending command of nc its answer.
+func (p *producer) answer(nc *nsq.Conn, err error) {
+	p.mu.Lock()
+	if p.nc != nc || len(p.pending) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	c := p.pending[0]
+	p.pending[0] = nil
+	p.pending = p.pending[1:]
+	if err != nil {
+		p.refused = true
+	}
+	p.mu.Unlock()
+	c.done <- err
+}
+
+// OnResponse implements nsq.ConnDelegate: OK to the oldest command.
+func (p *producer) OnResponse(nc *nsq.Conn, data []byte) {
+	if string(data) == "OK" {
+		p.answer(nc, nil)
+	}
+}
+
+// OnError implements nsq.ConnDelegate: nsqd refused the oldest command.
+// Every refusal of PUB and MPUB is fatal to the connection: nsqd closes
+// it and runs nothing sent after.
+func (p *producer) OnError(nc *nsq.Conn, data []byte) {
+	p.answer(nc, nsq.ErrProtocol{Reason: string(data)})
+}
+
+// OnIOError implements nsq.ConnDelegate: the connection is closed, and
+// OnClose follows.
+func (p *producer) OnIOError(nc *nsq.Conn, _ error) { _ = nc.Close() }
+
+// OnClose implements nsq.ConnDelegate. The commands still pending get
+// errLost, except those after a refusal: nsqd did not run them, so they
+// go again on a new connection (once).
+func (p *producer) OnClose(nc *nsq.Conn) {
+	p.mu.Lock()
+	if p.nc != nc {
+		p.mu.Unlock()
+		return
+	}
+	pending, refused := p.pending, p.refused
+	p.nc, p.pending = nil, nil
+	p.mu.Unlock()
+	for _, c := range pending {
+		if !refused || c.tries > 1 {
+			c.done <- errLost
+			continue
+		}
+		if err := p.write(c); err != nil {
+			c.done <- fmt.Errorf("sending again a command nsqd did not run: %w", err)
+		}
+	}
+}
+
+// The rest of nsq.ConnDelegate concerns consumers.
+func (p *producer) OnMessage(*nsq.Conn, *nsq.Message)         {}
+func (p *producer) OnMessageFinished(*nsq.Conn, *nsq.Message) {}
+func (p *producer) OnMessageRequeued(*nsq.Conn, *nsq.Message) {}
+func (p *producer) OnBackoff(*nsq.Conn)                       {}
+func (p *producer) OnContinue(*nsq.Conn)                      {}
+func (p *producer) OnResume(*nsq.Conn)                        {}
+func (p *producer) OnHeartbeat(*nsq.Conn)                     {}
+
+var _ nsq.ConnDelegate = (*producer)(nil)
+
+// close stops the producer and closes its connection: commands still
+// pending get errLost (or their answer, if it comes first).
+func (p *producer) close() {
+	p.mu.Lock()
+	p.closed = true
+	nc := p.nc
+	p.mu.Unlock()
+	if nc != nil {
+		_ = nc.Close()
+	}
+}
