@@ -269,4 +269,3 @@ func TestSagaUndecodable(t *testing.T) {
 		}
 	})
 }
-
