@@ -232,3 +232,8 @@ func checkPrefix(p string) error {
 	}
 	return nil
 }
+
+// Rebind rewrites the ? placeholders of query as the dialect wants them
+// (PostgreSQL: $1, $2...), for statements written once for every
+// dialect.
+func (d Dialect) Rebind(query string) string { return d.bind("", query) }

@@ -81,7 +81,18 @@ func Outbox(st Store) bus.SendMiddleware {
 					return fmt.Errorf("sqlbus: request to %q under a transaction: its command would leave at the commit, after the request waited: %w", d.To, omnibus.ErrInvalid)
 				}
 			}
-			return Publish(ctx, st, tx, d.Topic, d.Messages...)
+			at, _ := ctx.Value(atKey{}).(time.Time)
+			return PublishAt(ctx, st, tx, at, d.Topic, d.Messages...)
 		}
 	}
+}
+
+type atKey struct{}
+
+// After returns ctx asking the outbox to publish what is sent under it
+// (with the Outbox send middleware, in a transaction) no sooner than d
+// from now: a scheduled command or event, kept in the database until it
+// is due, so it survives restarts. Sagas' timeouts are such commands.
+func After(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, atKey{}, time.Now().Add(d))
 }
