@@ -286,13 +286,18 @@ func (s *sub) revokePending(ctx context.Context) {
 			out = append(out, sh)
 		}
 	}
-	if len(out) > 0 {
-		s.epoch++
-	}
-	s.mu.Unlock()
 	if len(out) == 0 {
+		s.mu.Unlock()
 		return
 	}
+	s.epoch++
+	s.leaving++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.leaving--
+		s.mu.Unlock()
+	}()
 	driver.Notify(s.wake) // a Receive in progress returns
 	ids := make([]string, len(out))
 	for i, sh := range out {

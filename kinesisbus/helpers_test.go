@@ -2,8 +2,11 @@ package kinesisbus_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,5 +160,69 @@ func cleanup(prefixes ...string) {
 			return
 		}
 		start = out.LastEvaluatedTableName
+	}
+}
+
+// proxy forwards TCP connections from a loopback port to target until
+// cut: then it closes every connection and refuses new ones, as a
+// network partition or a crashed host would look to the server.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	cut    bool
+}
+
+func newProxy(t testing.TB, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	p := &proxy{ln: ln, target: target}
+	go p.serve()
+	t.Cleanup(p.Cut)
+	return p
+}
+
+func (p *proxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			_ = c.Close()
+			_ = s.Close()
+			return
+		}
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+		go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+	}
+}
+
+// Cut closes the proxy's connections and its port.
+func (p *proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		return
+	}
+	p.cut = true
+	_ = p.ln.Close()
+	for _, c := range p.conns {
+		_ = c.Close()
 	}
 }

@@ -58,14 +58,8 @@ func (s *sub) renew(ctx context.Context, sh *shard) bool {
 			// The lease was deleted behind the member's back.
 		case l.counter == sh.counter+1 && s.ours(l, sh.handOver):
 			err = nil // our own renewal, sent again by the SDK
-		case !sh.handOver && l.checkpointOwner == s.me && l.owner != s.me:
+		case s.handOverAsked(sh, l):
 			// Another member asked for it: drain, checkpoint, hand over.
-			sh.handOver, sh.counter, sh.renewed = true, l.counter, time.Now()
-			s.mu.Lock()
-			s.revoke[sh.id] = sh
-			s.mu.Unlock()
-			driver.Notify(s.kick)
-			s.logger.Info("handing a lease over", "shard", sh.id, "to", l.owner)
 			return true
 		}
 	}
@@ -105,6 +99,7 @@ func (s *sub) lose(lost []*shard) {
 		ids = append(ids, sh.id)
 	}
 	s.epoch++
+	s.leaving++
 	s.mu.Unlock()
 	driver.Notify(s.wake)
 	for _, sh := range lost {
@@ -113,4 +108,7 @@ func (s *sub) lose(lost []*shard) {
 	if len(ids) > 0 {
 		s.lanes.Lost(ids)
 	}
+	s.mu.Lock()
+	s.leaving--
+	s.mu.Unlock()
 }

@@ -126,6 +126,7 @@ type sub struct {
 	epoch   uint64            // moves when lanes leave: a Receive in progress returns
 	rr      int               // where Receive starts, for fairness between shards
 	closed  bool
+	leaving int               // Lanes.Revoked or Lost calls in progress
 	revoke  map[string]*shard // to revoke at the taker's next round: hand-overs asked for, shards ended
 	syncNow bool              // the taker lists the shards at its next round
 
@@ -172,6 +173,9 @@ const (
 	maxBufferedBytes = 16 << 20
 )
 
+// leavingPoll is how long Receive waits while lanes leave.
+const leavingPoll = 20 * time.Millisecond
+
 // Receive implements driver.Subscriber: it returns, in each shard's order,
 // what fits in room of the records the readers fetched, taking from the
 // shards in turn.
@@ -190,9 +194,19 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 			return nil, nil // a revocation waits for this Receive
 		}
 		ds := s.takeLocked(room)
+		leaving := s.leaving > 0
 		s.mu.Unlock()
 		if len(ds) > 0 {
 			return ds, nil
+		}
+		if leaving {
+			// Lanes.Revoked or Lost waits for a Receive in progress,
+			// maybe this one, which started after the lanes changed:
+			// return soon, even empty.
+			if !sleep(ctx, leavingPoll) {
+				return nil, ctx.Err()
+			}
+			return nil, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -290,11 +304,15 @@ func (s *sub) write(ctx context.Context, sh *shard, position string) error {
 	defer sh.lmu.Unlock()
 	err := s.table.checkpoint(ctx, sh.id, sh.counter, s.me, sh.handOver, position, 0)
 	if errors.Is(err, ErrNotOwner) {
-		// A write of ours whose answer was lost and that the SDK sent
-		// again fails its condition: it landed if the lease shows it.
-		if l, gerr := s.table.get(ctx, sh.id); gerr == nil && l != nil && l.counter == sh.counter+1 &&
-			l.checkpoint == position && s.ours(l, sh.handOver) {
+		l, gerr := s.table.get(ctx, sh.id)
+		switch {
+		case gerr != nil || l == nil:
+		case l.counter == sh.counter+1 && l.checkpoint == position && s.ours(l, sh.handOver):
+			// A write of ours whose answer was lost and that the SDK
+			// sent again fails its condition: it landed.
 			err = nil
+		case s.handOverAsked(sh, l):
+			err = s.table.checkpoint(ctx, sh.id, sh.counter, s.me, sh.handOver, position, 0)
 		}
 	}
 	if err != nil {
@@ -306,6 +324,23 @@ func (s *sub) write(ctx context.Context, sh *shard, position string) error {
 	sh.counter++
 	sh.renewed = time.Now()
 	return nil
+}
+
+// handOverAsked checks whether another member asked for sh (l is its
+// lease as read); if so sh goes into hand-over mode, its lane is revoked
+// at the taker's next round, and it reports true. The caller holds
+// sh.lmu.
+func (s *sub) handOverAsked(sh *shard, l *lease) bool {
+	if sh.handOver || l.checkpointOwner != s.me || l.owner == s.me {
+		return false
+	}
+	sh.handOver, sh.counter, sh.renewed = true, l.counter, time.Now()
+	s.mu.Lock()
+	s.revoke[sh.id] = sh
+	s.mu.Unlock()
+	driver.Notify(s.kick)
+	s.logger.Info("handing a lease over", "shard", sh.id, "to", l.owner)
+	return true
 }
 
 // ours reports whether l is held by the member, as its owner or, in a

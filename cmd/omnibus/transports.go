@@ -5,6 +5,7 @@ package main
 import (
 	"github.com/omnibus-go/omnibus"
 	_ "github.com/omnibus-go/omnibus/kafkabus"
+	_ "github.com/omnibus-go/omnibus/kinesisbus"
 	_ "github.com/omnibus-go/omnibus/membus"
 	"github.com/omnibus-go/omnibus/natsbus"
 	_ "github.com/omnibus-go/omnibus/rabbitbus"

@@ -1,0 +1,167 @@
+package kinesisbus_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/omnibus-go/omnibus"
+)
+
+// Benchmarks run omnibus and the raw aws-sdk-go-v2 Kinesis client side by
+// side against the same kinesalite in one run, publishing and consuming
+// 100 B and 1 KiB messages on a stream of 4 shards:
+//
+//	go test -run '^$' -bench . -benchtime 20000x ./kinesisbus/
+//
+// The raw side is the SDK as its users write it: PutRecords of 500
+// records; one goroutine per shard looping GetRecords from TRIM_HORIZON.
+
+const benchShards = 4
+
+func benchStream(b *testing.B, c *omnibus.Client) string {
+	b.Helper()
+	name := testPrefix + "bench-" + strconv.FormatInt(time.Now().UnixNano()%1e12, 36)
+	if err := c.CreateTopic(context.Background(), name, benchShards); err != nil {
+		b.Fatal(err)
+	}
+	return name
+}
+
+func omnibusPublish(b *testing.B, c *omnibus.Client, stream string, n int, body []byte) {
+	b.Helper()
+	for i := 0; i < n; i += 500 {
+		ms := make([]*omnibus.Message, min(500, n-i))
+		for j := range ms {
+			ms[j] = &omnibus.Message{Key: strconv.Itoa(i + j), Body: body}
+		}
+		if err := c.Publish(context.Background(), stream, ms...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func rawPublish(b *testing.B, kin *kinesis.Client, stream string, n int, body []byte) {
+	b.Helper()
+	for i := 0; i < n; i += 500 {
+		rs := make([]types.PutRecordsRequestEntry, min(500, n-i))
+		for j := range rs {
+			rs[j] = types.PutRecordsRequestEntry{Data: body, PartitionKey: aws.String(strconv.Itoa(i + j))}
+		}
+		out, err := kin.PutRecords(context.Background(), &kinesis.PutRecordsInput{StreamName: aws.String(stream), Records: rs})
+		if err != nil || aws.ToInt32(out.FailedRecordCount) > 0 {
+			b.Fatal(err)
+		}
+	}
+}
+
+func rawConsume(b *testing.B, kin *kinesis.Client, stream string, n int) {
+	b.Helper()
+	var got atomic.Int64
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, s := range listShards(b, kin, stream) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			it, err := kin.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{StreamName: aws.String(stream), ShardId: s.ShardId, ShardIteratorType: types.ShardIteratorTypeTrimHorizon})
+			if err != nil {
+				return
+			}
+			iter := it.ShardIterator
+			for ctx.Err() == nil && iter != nil {
+				out, err := kin.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter})
+				if err != nil {
+					return
+				}
+				if got.Add(int64(len(out.Records))) >= int64(n) {
+					cancel()
+				}
+				iter = out.NextShardIterator
+				if len(out.Records) == 0 {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got.Load() < int64(n) {
+		b.Fatalf("raw consumer read %d of %d", got.Load(), n)
+	}
+}
+
+func omnibusConsume(b *testing.B, c *omnibus.Client, stream string, n int) {
+	b.Helper()
+	var got atomic.Int64
+	done := make(chan struct{})
+	k, err := c.Subscribe(context.Background(), stream, func(context.Context, *omnibus.Message) error {
+		if got.Add(1) == int64(n) {
+			close(done)
+		}
+		return nil
+	}, omnibus.StartFrom(omnibus.StartEarliest), omnibus.MaxInFlight(1024))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = k.Run(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("omnibus consumed %d of %d", got.Load(), n)
+	}
+	b.StopTimer()
+	cancel()
+	_ = k.Close()
+}
+
+func BenchmarkKinesis(b *testing.B) {
+	need(b)
+	c := open(b, testURL(""))
+	kin, _ := rawClients()
+	for _, size := range []int{100, 1024} {
+		body := make([]byte, size)
+		for i := range body {
+			body[i] = 'a' + byte(i%26)
+		}
+		name := strconv.Itoa(size) + "B"
+		if size == 1024 {
+			name = "1KiB"
+		}
+		var streams [2]string
+		b.Run("publish/omnibus/"+name, func(b *testing.B) {
+			streams[0] = benchStream(b, c)
+			b.ResetTimer()
+			omnibusPublish(b, c, streams[0], b.N, body)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+		b.Run("publish/raw/"+name, func(b *testing.B) {
+			streams[1] = benchStream(b, c)
+			b.ResetTimer()
+			rawPublish(b, kin, streams[1], b.N, body)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+		b.Run("consume/omnibus/"+name, func(b *testing.B) {
+			s := benchStream(b, c)
+			rawPublish(b, kin, s, b.N, body)
+			b.ResetTimer()
+			omnibusConsume(b, c, s, b.N)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+		b.Run("consume/raw/"+name, func(b *testing.B) {
+			s := benchStream(b, c)
+			rawPublish(b, kin, s, b.N, body)
+			b.ResetTimer()
+			rawConsume(b, kin, s, b.N)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
