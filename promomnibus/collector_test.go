@@ -123,6 +123,13 @@ func TestScrape(t *testing.T) {
 					says          string
 				}{"omnibus_group_members", group, eq(1), "1, as the watch read it"})
 			}
+			if c.Capabilities().Age {
+				want = append(want, struct {
+					family, group string
+					ok            func(float64) bool
+					says          string
+				}{"omnibus_lag_seconds", group, atLeast(1e-6), "above 0: the 3 held were published before the scrape"})
+			}
 			for _, w := range want {
 				mf := mfs[w.family]
 				if mf == nil {

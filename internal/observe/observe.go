@@ -33,19 +33,14 @@ type Lane struct {
 	SecondsKnown bool
 }
 
-// FromLag converts a lane's lag as the transport reports it.
-//
-// Time lag: driver.LaneLag carries a count only, so Seconds stays unknown
-// and the seconds gauges (omnibus_lag_seconds, omnibus.consumer.lag.time)
-// report no lane. When LaneLag gains the age of a lane's oldest unsettled
-// message, set Seconds and SecondsKnown from it here: every gauge of
-// seconds, in process and in the exporter, reads it through this function
-// and needs no other change.
+// FromLag converts a lane's lag as the transport reports it: the count,
+// and the age of the lane's oldest unsettled message where the transport
+// tells it (driver.LaneLag.AgeKnown). Every gauge, in process and in the
+// exporter, reads a lane's lag through here.
 func FromLag(l omnibus.LaneLag) Lane {
-	return Lane{Lane: l.Lane, Messages: l.Lag, MessagesKnown: l.Known}
+	return Lane{Lane: l.Lane, Messages: l.Lag, MessagesKnown: l.Known, Seconds: l.Age.Seconds(), SecondsKnown: l.AgeKnown}
 }
 
-// FromLags converts every lane of a lag report.
 func FromLags(lags []omnibus.LaneLag) []Lane {
 	out := make([]Lane, len(lags))
 	for i, l := range lags {
