@@ -83,7 +83,7 @@ func (s *sub) noteHeads(committed kadm.OffsetResponses, ps []int32) {
 // deliveries are left alone. A failed record leaves d uncounted (Attempt
 // 0): the count is a safeguard, not a reason to stop.
 func (s *sub) claim(ctx context.Context, d *driver.Delivery) {
-	pos := d.Token.(position)
+	pos := d.Token.(*position)
 	s.mu.Lock()
 	h, ok := s.heads[pos.partition]
 	if !ok || !h.claim {
@@ -96,7 +96,7 @@ func (s *sub) claim(ctx context.Context, d *driver.Delivery) {
 	if pos.offset != h.offset {
 		return // the committed offset was out of range: nothing began here
 	}
-	n, err := s.record(ctx, pos, h.begun+1)
+	n, err := s.record(ctx, *pos, h.begun+1)
 	if err != nil {
 		s.conn.log.Warn("recording a partition claim's first record failed; it runs uncounted", "topic", s.topic, "partition", pos.partition, "err", err)
 		return
@@ -108,7 +108,7 @@ func (s *sub) claim(ctx context.Context, d *driver.Delivery) {
 // offset (the engine committed the lane up to it), so it records one
 // more holder beginning it.
 func (s *sub) Begin(ctx context.Context, d *driver.Delivery) (int, error) {
-	pos, ok := d.Token.(position)
+	pos, ok := d.Token.(*position)
 	if !ok {
 		return 0, fmt.Errorf("kafkabus: begin %q: delivery of lane %q is not from kafkabus: %w", s.topic, d.Lane, driver.ErrInvalid)
 	}
@@ -119,7 +119,7 @@ func (s *sub) Begin(ctx context.Context, d *driver.Delivery) (int, error) {
 	if h.offset == pos.offset {
 		n = h.begun + 1
 	}
-	return s.record(ctx, pos, n)
+	return s.record(ctx, *pos, n)
 }
 
 // record commits pos's offset with the metadata saying that n holders

@@ -232,7 +232,7 @@ func (s *sub) Commit(ctx context.Context, ds []*driver.Delivery) error {
 	offs := make(map[int32]kgo.EpochOffset, len(ds))
 	s.mu.Lock()
 	for _, d := range ds {
-		pos, ok := d.Token.(position)
+		pos, ok := d.Token.(*position)
 		switch {
 		case !ok:
 			errs = append(errs, fmt.Errorf("kafkabus: commit %q: delivery of lane %q is not from kafkabus: %w", s.topic, d.Lane, driver.ErrInvalid))

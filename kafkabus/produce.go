@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -135,20 +136,38 @@ var laneNames = func() []string {
 
 // delivery turns a fetched record into a delivery.
 func delivery(r *kgo.Record) *driver.Delivery {
-	d := &driver.Delivery{
-		Lane:     laneName(r.Partition),
-		Position: strconv.FormatInt(r.Offset, 10),
-		Token:    position{partition: r.Partition, offset: r.Offset, epoch: r.LeaderEpoch},
-	}
+	// The delivery and its position come in one allocation, and the
+	// header values and the key share one string: what every consumed
+	// record costs.
+	x := &struct {
+		d driver.Delivery
+		p position
+	}{p: position{partition: r.Partition, offset: r.Offset, epoch: r.LeaderEpoch}}
+	d := &x.d
+	d.Lane = laneName(r.Partition)
+	d.Position = strconv.FormatInt(r.Offset, 10)
+	d.Token = &x.p
 	d.Body = r.Value
+	n := len(r.Key)
 	for _, h := range r.Headers {
-		driver.KafkaBinding.Decode(&d.Message, h.Key, string(h.Value))
+		n += len(h.Value)
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	for _, h := range r.Headers {
+		sb.Write(h.Value)
+	}
+	sb.Write(r.Key)
+	all, at := sb.String(), 0
+	for _, h := range r.Headers {
+		driver.KafkaBinding.Decode(&d.Message, h.Key, all[at:at+len(h.Value)])
+		at += len(h.Value)
 	}
 	if driver.Structured(d.ContentType) {
 		_ = driver.DecodeStructured(&d.Message) // one that is no CloudEvent stays as it came
 	}
 	if len(r.Key) > 0 {
-		d.Key = string(r.Key) // the record key wins over ce_partitionkey
+		d.Key = all[at:] // the record key wins over ce_partitionkey
 	}
 	if d.ID == "" {
 		// A record from a client that sets no ce_id: its place in the log
@@ -161,7 +180,7 @@ func delivery(r *kgo.Record) *driver.Delivery {
 	return d
 }
 
-// position is a delivery's Token: what a commit needs.
+// position is what a delivery's Token points to: what a commit needs.
 type position struct {
 	partition int32
 	offset    int64
