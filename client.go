@@ -43,6 +43,9 @@ type Client struct {
 	mu        sync.Mutex
 	closed    bool
 	consumers map[*Consumer]struct{}
+
+	sendMu  sync.Mutex // guards sending (coalesce.go)
+	sending map[sendKey]*sendQueue
 }
 
 // Option configures a Client.
@@ -187,6 +190,7 @@ func newClient(conn driver.Conn, scheme, name string, cfg clientConfig) *Client 
 		scheme:    scheme,
 		logger:    cfg.transportLogger(scheme),
 		consumers: map[*Consumer]struct{}{},
+		sending:   map[sendKey]*sendQueue{},
 	}
 	if cfg.durability != nil {
 		c.durability = *cfg.durability
@@ -251,6 +255,11 @@ func (c *Client) Driver() driver.Conn { return c.conn }
 // again after an unknown outcome may be stored twice (each transport's
 // documentation says). PublishRetryHook sees each try again.
 //
+// Concurrent publishes to a topic share the transport's round trips:
+// while four are in flight, later calls wait and are sent together, as
+// one batch, each caller getting its own messages' outcome. For many
+// messages from one goroutine, use a Publisher.
+//
 // When some messages of the batch fail, Publish returns a *PublishError
 // listing them; the others landed. Any other error means no message can
 // be assumed to have landed.
@@ -270,7 +279,7 @@ func (c *Client) Publish(ctx context.Context, topic string, msgs ...*Message) er
 		dms[i] = toDriver(m)
 		ptrs[i] = &dms[i]
 	}
-	err := c.publishRetrying(ctx, topic, ptrs, driver.PublishOptions{Durability: c.durability})
+	err := c.publishRetrying(ctx, topic, ptrs, driver.PublishOptions{Durability: c.durability}, false)
 	if end != nil {
 		end(err)
 	}
@@ -302,7 +311,10 @@ func (c *Client) prepare(topic string, msgs []*Message, now time.Time) error {
 	return nil
 }
 
-func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions) error {
+// publish is one try of a publish: what is over the transport's size limit
+// fails alone, the rest goes to the driver (coalesced with concurrent
+// publishes unless direct, see coalesce.go).
+func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions, direct bool) error {
 	if max := c.caps.MaxMessageBytes; max > 0 {
 		var failed []PublishFailure
 		for i, m := range ms {
@@ -312,16 +324,16 @@ func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message
 			}
 		}
 		if failed != nil {
-			return c.publishRest(ctx, topic, ms, opts, failed)
+			return c.publishRest(ctx, topic, ms, opts, direct, failed)
 		}
 	}
-	err := c.conn.Publish(ctx, topic, ms, opts)
+	err := c.send(ctx, topic, ms, opts, direct)
 	return wrapPublishError(topic, ms, nil, err)
 }
 
 // publishRest publishes the messages not already failed and merges the
 // failures, so one oversized message does not stop the rest.
-func (c *Client) publishRest(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions, failed []PublishFailure) error {
+func (c *Client) publishRest(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions, direct bool, failed []PublishFailure) error {
 	rest := make([]*driver.Message, 0, len(ms)-len(failed))
 	index := make([]int, 0, cap(rest))
 	f := 0
@@ -335,7 +347,7 @@ func (c *Client) publishRest(ctx context.Context, topic string, ms []*driver.Mes
 	}
 	var err error
 	if len(rest) > 0 {
-		err = c.conn.Publish(ctx, topic, rest, opts)
+		err = c.send(ctx, topic, rest, opts, direct)
 	}
 	return wrapPublishError(topic, rest, index, err, failed...)
 }

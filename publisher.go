@@ -392,7 +392,7 @@ func (p *Publisher) publish(topic string, batch []*PublishResult) {
 	}
 	if len(send) > 0 {
 		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.timeout)
-		err := p.c.publishRetrying(ctx, topic, send, driver.PublishOptions{Durability: p.c.durability})
+		err := p.c.publishRetrying(ctx, topic, send, driver.PublishOptions{Durability: p.c.durability}, true)
 		cancel()
 		var pe *PublishError
 		switch {

@@ -54,8 +54,9 @@ func republishable(err error) bool {
 // publishes again, with the same IDs, those that failed republishably,
 // until they land, fail otherwise, or ctx ends. Its result is the
 // caller's: nil, a *PublishError naming the caller's positions, or an
-// error applying to every message.
-func (c *Client) publishRetrying(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions) error {
+// error applying to every message. direct is for callers that batch
+// themselves (a Publisher): their publishes are never coalesced.
+func (c *Client) publishRetrying(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions, direct bool) error {
 	var (
 		index  []int            // positions of ms among the caller's; nil: the same
 		failed []PublishFailure // failures for good, at the caller's positions
@@ -67,7 +68,7 @@ func (c *Client) publishRetrying(ctx context.Context, topic string, ms []*driver
 		return index[i]
 	}
 	for attempt := 1; ; attempt++ {
-		err := c.publish(ctx, topic, ms, opts)
+		err := c.publish(ctx, topic, ms, opts, direct)
 		if err == nil && failed == nil {
 			return nil
 		}

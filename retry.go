@@ -214,7 +214,7 @@ func (m *member) nack(failed []*entry) (nacked, rest []*entry) {
 func (m *member) deadLetter(ctx context.Context, e *entry) error {
 	cfg := &m.k.cfg
 	dm := m.deadMessage(e)
-	err := m.k.client.publish(ctx, cfg.deadLetter, []*driver.Message{dm}, driver.PublishOptions{Durability: DurabilityAll, DeadLetter: true})
+	err := m.k.client.publish(ctx, cfg.deadLetter, []*driver.Message{dm}, driver.PublishOptions{Durability: DurabilityAll, DeadLetter: true}, false)
 	if err == nil {
 		m.emit(Event{Kind: EventDeadLettered, Lane: e.d.Lane, Message: &e.msg, Err: e.err})
 		return nil

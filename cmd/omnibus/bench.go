@@ -85,8 +85,8 @@ type benchResult struct {
 	// through a Publisher (asynchronous, batched), after the consumer
 	// stopped.
 	AsyncPublishMsgsPerS float64 `json:"async_publish_msgs_per_s"`
-	P50Ms           float64 `json:"p50_ms"`
-	P99Ms           float64 `json:"p99_ms"`
+	P50Ms                float64 `json:"p50_ms"`
+	P99Ms                float64 `json:"p99_ms"`
 	// The raw-client baseline, absent when the transport has none.
 	Baseline           string   `json:"baseline,omitempty"`
 	RawPublishMsgsPerS *float64 `json:"raw_publish_msgs_per_s,omitempty"`
