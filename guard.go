@@ -1,19 +1,30 @@
 package omnibus
 
-// Attempts across holders: a message the transport says was delivered
-// more than MaxAttempts times without being settled (its handler may
-// crash the process each time) is dead-lettered on arrival, without
-// running the handler again. On a transport that counts deliveries
-// itself (JetStream, RabbitMQ quorum queues) that count is the
-// delivery's Attempt. On one that does not (a Kafka partition), the
-// driver's driver.AttemptKeeper counts the holders that began a lane's
-// committed position, and the engine guards a lane whose first delivery
-// was begun before: for guardSpan deliveries it runs the lane's messages
-// one at a time, commits the lane up to each and records it with Begin
-// before it runs, so that a process that dies leaves its lane's position
-// on the message it died in, counted. The guard's state is guarded by
-// member.mu; Begin and the commit before it run on the worker, with no
-// lock held.
+// Attempts across holders: a message delivered more than MaxAttempts
+// times by holders that never settled it (its handler may crash the
+// process each time) is dead-lettered without running again. On a
+// transport that counts deliveries (JetStream, RabbitMQ quorum queues)
+// the count is the delivery's Attempt; on one that does not (a Kafka
+// partition), the driver's driver.AttemptKeeper counts the holders that
+// began a lane's committed position.
+//
+// A count of deliveries also counts the messages a crashed process held
+// and never ran, and a position begun by a process that another
+// message's crash killed. So a delivery a previous holder took without
+// settling puts its lane under guard for guardSpan deliveries: the
+// lane's messages run one at a time, and one guarded message at a time
+// in the member; before each runs, what the lane settled is acknowledged
+// or committed and, with a keeper, the message is recorded with Begin.
+// A crash then leaves unsettled only what crashed and what it held back
+// (its key's later messages, deliveries not run yet). The first guarded
+// message found exhausted is dead-lettered; the others of the guard run,
+// as their counts came from the process it killed. Messages after it in
+// delivery order get their counts raised with it, and are forgiven that
+// way; a second poisoned message among them costs one more crash.
+//
+// The guard's state is guarded by member.mu; the turn (guardTurn) is held
+// by the worker running a guarded message; settling and Begin run on
+// that worker with no lock held.
 
 import (
 	"fmt"
@@ -29,19 +40,20 @@ import (
 // committed position.
 const guardSpan = 256
 
-// guardLocked reports whether d goes to its lane's guard: a delivery a
-// previous holder began without settling starts a guard on a transport
-// whose driver keeps attempts, and deliveries go to the guard until
-// guardSpan went and it has nothing left (so that nothing of a key
-// overtakes what of it is still there).
+// guardLocked reports whether d goes to its lane's guard. A delivery
+// that a previous holder took without settling starts a guard: one the
+// driver says was Redelivered, or whose Attempt is above 1 where that
+// means the same (a claim's position begun before, with a keeper; a
+// transport's count, where the engine does not nack retries, which come
+// back counted too). Deliveries go to the guard until guardSpan went and
+// it has nothing left (so that nothing of a key overtakes what of it is
+// still there).
 func (m *member) guardLocked(l *lane, d *driver.Delivery) bool {
-	if m.keeper == nil {
-		return false
-	}
-	if d.Attempt > 1 && l.guarding == 0 {
-		l.guarding = guardSpan
-		m.k.logger.Info("a previous holder began this lane's position without settling it; handling the lane one message at a time for a while",
-			"member", m.id, "lane", d.Lane, "position", d.Position, "holders", d.Attempt-1)
+	suspect := d.Redelivered || d.Attempt > 1 && (m.keeper != nil || m.nacker == nil)
+	if suspect && l.guarding == 0 {
+		l.guarding, l.forgiving = guardSpan, false
+		m.k.logger.Info("a previous holder took this lane's message without settling it; handling the lane one message at a time for a while",
+			"member", m.id, "lane", d.Lane, "position", d.Position, "attempt", d.Attempt)
 	}
 	if l.guarding > 0 {
 		l.guarding--
@@ -57,30 +69,57 @@ func (l *lane) guardSlotLocked() *slot {
 	return l.guard
 }
 
-// begin prepares a guarded entry that no holder's count includes yet:
-// the lane's settled work is committed, so that e is the committed
-// position, and the keeper records that this holder begins it. One begun
-// more than MaxAttempts times is dead-lettered instead of run. When the
-// commit or the record fails, e runs all the same (as on a transport
+// begin prepares a guarded entry whose turn came (the member runs one
+// guarded message at a time): the lane's settled work is acknowledged or
+// committed first, so that a crash now leaves only e unsettled; where the
+// driver keeps attempts, e is the committed position and the keeper
+// records that this holder begins it. One begun (or delivered) more than
+// MaxAttempts times is dead-lettered instead of run, unless the guard
+// already dead-lettered one: the process the others were held in died
+// while that one ran, so their counts are not theirs, and they run. When
+// the commit or the record fails, e runs all the same (as on a transport
 // without a keeper): the count is a safeguard, not a reason to stop.
 func (m *member) begin(e *entry) {
-	e.begun = true
 	l := e.lane
 	if err := m.flush(l.ctx, []*lane{l}); err != nil {
-		m.k.logger.Warn("commit before a guarded message failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
+		m.k.logger.Warn("settling before a guarded message failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
 		return
 	}
-	n, err := m.keeper.Begin(l.ctx, e.d)
-	if err != nil {
-		m.k.logger.Warn("recording a guarded message's attempt failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
-		return
+	if m.keeper != nil && !e.begun {
+		e.begun = true
+		n, err := m.keeper.Begin(l.ctx, e.d)
+		if err != nil {
+			m.k.logger.Warn("recording a guarded message's attempt failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
+			return
+		}
+		m.mu.Lock()
+		e.base = max(0, n-1)
+		m.mu.Unlock()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e.base = max(0, n-1)
-	if e.base >= m.k.cfg.maxAttempts {
-		m.exhaustLocked(e, time.Now())
+	if e.attempts > 0 || e.base < m.k.cfg.maxAttempts {
+		return
 	}
+	if l.forgiving {
+		e.base = 0
+		return
+	}
+	l.forgiving = true
+	m.exhaustLocked(e, time.Now())
+}
+
+// release hands what s holds back to the transport without running it:
+// its lane is going while the batch waited for its turn.
+func (m *member) release(s *slot) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range s.queue {
+		m.forgetLocked(e)
+	}
+	s.queue, s.running = nil, 0
+	s.active = false
+	s.lane.dropSlotLocked(s)
 }
 
 // exhaustLocked marks e, delivered MaxAttempts times or more by holders

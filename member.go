@@ -88,26 +88,28 @@ type member struct {
 	workers   int       // live workers, at most MaxInFlight
 	stopped   bool      // close: workers end
 	stopOnce  sync.Once
-	stopErr   error // leaving the group failed; set once by stop
+	stopErr   error         // leaving the group failed; set once by stop
+	guardTurn chan struct{} // held by the one guarded message running (see guard.go)
 }
 
 type lane struct {
-	id       string
-	settled  *atomic.Int64 // the consumer's count for this lane id
-	ctx      context.Context
-	cancel   context.CancelFunc
-	slots    map[string]*slot   // by key ("" for the whole lane)
-	loose    map[*slot]struct{} // OrderNone slots waiting for a retry
-	guard    *slot              // the lane's messages one at a time, while guarded (see guard.go)
-	guarding int                // deliveries still to go to guard
-	head     *entry             // oldest entry not yet under the watermark
-	tail     *entry
-	mark     *driver.Delivery // settled watermark not yet committed
-	inflight int
-	revoking bool
-	gone     bool
-	idle     chan struct{} // closed when inflight reaches 0 while revoking
-	held     int           // entries in the list
+	id        string
+	settled   *atomic.Int64 // the consumer's count for this lane id
+	ctx       context.Context
+	cancel    context.CancelFunc
+	slots     map[string]*slot   // by key ("" for the whole lane)
+	loose     map[*slot]struct{} // OrderNone slots waiting for a retry
+	guard     *slot              // the lane's messages one at a time, while guarded (see guard.go)
+	guarding  int                // deliveries still to go to guard
+	forgiving bool               // the guard dead-lettered an exhausted message: the others' counts are not theirs
+	head      *entry             // oldest entry not yet under the watermark
+	tail      *entry
+	mark      *driver.Delivery // settled watermark not yet committed
+	inflight  int
+	revoking  bool
+	gone      bool
+	idle      chan struct{} // closed when inflight reaches 0 while revoking
+	held      int           // entries in the list
 }
 
 type slot struct {
@@ -154,6 +156,7 @@ func newMember(k *Consumer, id int) *member {
 		roomCh:     make(chan struct{}, 1),
 		lanes:      map[string]*lane{},
 		revokedAt:  map[string]uint64{},
+		guardTurn:  make(chan struct{}, 1),
 	}
 	m.cond.L = &m.mu
 	return m

@@ -100,14 +100,28 @@ func (m *member) run(s *slot) {
 		if batch == nil {
 			return
 		}
-		if s.guarded && !batch[0].begun && !batch[0].dead {
-			m.begin(batch[0]) // may find it exhausted
+		if s.guarded {
+			// One guarded message at a time in the member: a crash while
+			// it runs is its own.
+			select {
+			case m.guardTurn <- struct{}{}:
+			case <-s.lane.ctx.Done():
+				m.release(s)
+				return
+			}
+			if !batch[0].dead {
+				m.begin(batch[0]) // may find it exhausted
+			}
 		}
 		var latency time.Duration
 		if !batch[0].dead { // a dead letter waiting to land is only published
 			latency = m.invoke(s.lane.ctx, batch)
 		}
-		if !m.settle(s, batch, latency) {
+		more := m.settle(s, batch, latency)
+		if s.guarded {
+			<-m.guardTurn
+		}
+		if !more {
 			return
 		}
 	}
