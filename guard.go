@@ -8,23 +8,27 @@ package omnibus
 // partition), the driver's driver.AttemptKeeper counts the holders that
 // began a lane's committed position.
 //
-// A count of deliveries also counts the messages a crashed process held
-// and never ran, and a position begun by a process that another
-// message's crash killed. So a delivery a previous holder took without
-// settling puts its lane under guard for guardSpan deliveries: the
-// lane's messages run one at a time, and one guarded message at a time
-// in the member; before each runs, what the lane settled is acknowledged
-// or committed and, with a keeper, the message is recorded with Begin.
-// A crash then leaves unsettled only what crashed and what it held back
-// (its key's later messages, deliveries not run yet). The first guarded
-// message found exhausted is dead-lettered; the others of the guard run,
-// as their counts came from the process it killed. Messages after it in
-// delivery order get their counts raised with it, and are forgiven that
-// way; a second poisoned message among them costs one more crash.
+// A delivery count also counts the messages a crashed process held and
+// never ran. So a suspect (a delivery the driver says was Redelivered, or
+// whose Attempt is above 1: a previous holder may have died running it)
+// waits for the member's turn, runs alone among the member's suspects,
+// and only after what the member settled was acknowledged or committed:
+// a crash while it runs leaves it, and what it held back, unsettled,
+// while suspects before it in delivery order were settled. The first
+// suspect found exhausted is dead-lettered; the suspects held with it
+// then run whatever their counts say (the process they were held in died
+// while it ran), until the member holds none. A second poisoned message
+// among them costs one more crash.
 //
-// The guard's state is guarded by member.mu; the turn (guardTurn) is held
-// by the worker running a guarded message; settling and Begin run on
-// that worker with no lock held.
+// On a transport with a keeper, where only a claim's first delivery is
+// counted, a suspect puts its lane under guard for guardSpan deliveries:
+// the lane's messages are all suspects, one at a time, each committed up
+// to and recorded with Begin before it runs, so that a process that dies
+// leaves its lane's position on the message it died in, counted.
+//
+// The suspects' state is guarded by member.mu; the turn (guardTurn) is
+// held by the worker running a suspect; settling and Begin run on that
+// worker with no lock held.
 
 import (
 	"fmt"
@@ -40,20 +44,19 @@ import (
 // committed position.
 const guardSpan = 256
 
-// guardLocked reports whether d goes to its lane's guard. A delivery
-// that a previous holder took without settling starts a guard: one the
-// driver says was Redelivered, or whose Attempt is above 1 where that
-// means the same (a claim's position begun before, with a keeper; a
-// transport's count, where the engine does not nack retries, which come
-// back counted too). Deliveries go to the guard until guardSpan went and
-// it has nothing left (so that nothing of a key overtakes what of it is
-// still there).
+// guardLocked reports whether d goes to its lane's guard: on a transport
+// with a keeper, a delivery whose Attempt is above 1 (a claim's position
+// begun before) starts a guard, and deliveries go to it until guardSpan
+// went and it has nothing left (so that nothing of a key overtakes what
+// of it is still there).
 func (m *member) guardLocked(l *lane, d *driver.Delivery) bool {
-	suspect := d.Redelivered || d.Attempt > 1 && (m.keeper != nil || m.nacker == nil)
-	if suspect && l.guarding == 0 {
-		l.guarding, l.forgiving = guardSpan, false
-		m.k.logger.Info("a previous holder took this lane's message without settling it; handling the lane one message at a time for a while",
-			"member", m.id, "lane", d.Lane, "position", d.Position, "attempt", d.Attempt)
+	if m.keeper == nil {
+		return false
+	}
+	if d.Attempt > 1 && l.guarding == 0 {
+		l.guarding = guardSpan
+		m.k.logger.Info("a previous holder began this lane's position without settling it; handling the lane one message at a time for a while",
+			"member", m.id, "lane", d.Lane, "position", d.Position, "holders", d.Attempt-1)
 	}
 	if l.guarding > 0 {
 		l.guarding--
@@ -69,20 +72,19 @@ func (l *lane) guardSlotLocked() *slot {
 	return l.guard
 }
 
-// begin prepares a guarded entry whose turn came (the member runs one
-// guarded message at a time): the lane's settled work is acknowledged or
-// committed first, so that a crash now leaves only e unsettled; where the
-// driver keeps attempts, e is the committed position and the keeper
-// records that this holder begins it. One begun (or delivered) more than
-// MaxAttempts times is dead-lettered instead of run, unless the guard
-// already dead-lettered one: the process the others were held in died
-// while that one ran, so their counts are not theirs, and they run. When
-// the commit or the record fails, e runs all the same (as on a transport
-// without a keeper): the count is a safeguard, not a reason to stop.
+// begin prepares a suspect whose turn came: what the member settled is
+// acknowledged or committed first, so that a crash now leaves only e (and
+// what it holds back) unsettled; with a keeper, e is the committed
+// position and the keeper records that this holder begins it. One
+// delivered or begun more than MaxAttempts times is dead-lettered
+// instead of run, unless the member already found one so while holding
+// e (see the file's comment). When settling or the record fails, e runs
+// all the same, uncounted: the count is a safeguard, not a reason to
+// stop.
 func (m *member) begin(e *entry) {
 	l := e.lane
 	if err := m.flush(l.ctx, []*lane{l}); err != nil {
-		m.k.logger.Warn("settling before a guarded message failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
+		m.k.logger.Warn("settling before a suspect failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
 		return
 	}
 	if m.keeper != nil && !e.begun {
@@ -101,11 +103,12 @@ func (m *member) begin(e *entry) {
 	if e.attempts > 0 || e.base < m.k.cfg.maxAttempts {
 		return
 	}
-	if l.forgiving {
+	if m.forgiving {
+		m.k.logger.Info("running a message delivered with an exhausted one, whatever its count", "member", m.id, "lane", l.id, "id", e.msg.ID, "count", e.base)
 		e.base = 0
 		return
 	}
-	l.forgiving = true
+	m.forgiving = true
 	m.exhaustLocked(e, time.Now())
 }
 

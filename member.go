@@ -89,27 +89,28 @@ type member struct {
 	stopped   bool      // close: workers end
 	stopOnce  sync.Once
 	stopErr   error         // leaving the group failed; set once by stop
-	guardTurn chan struct{} // held by the one guarded message running (see guard.go)
+	guardTurn chan struct{} // held by the one suspect running (see guard.go)
+	suspects  int           // suspects held
+	forgiving bool          // a suspect was found exhausted: the others held with it run
 }
 
 type lane struct {
-	id        string
-	settled   *atomic.Int64 // the consumer's count for this lane id
-	ctx       context.Context
-	cancel    context.CancelFunc
-	slots     map[string]*slot   // by key ("" for the whole lane)
-	loose     map[*slot]struct{} // OrderNone slots waiting for a retry
-	guard     *slot              // the lane's messages one at a time, while guarded (see guard.go)
-	guarding  int                // deliveries still to go to guard
-	forgiving bool               // the guard dead-lettered an exhausted message: the others' counts are not theirs
-	head      *entry             // oldest entry not yet under the watermark
-	tail      *entry
-	mark      *driver.Delivery // settled watermark not yet committed
-	inflight  int
-	revoking  bool
-	gone      bool
-	idle      chan struct{} // closed when inflight reaches 0 while revoking
-	held      int           // entries in the list
+	id       string
+	settled  *atomic.Int64 // the consumer's count for this lane id
+	ctx      context.Context
+	cancel   context.CancelFunc
+	slots    map[string]*slot   // by key ("" for the whole lane)
+	loose    map[*slot]struct{} // OrderNone slots waiting for a retry
+	guard    *slot              // the lane's messages one at a time, while guarded (see guard.go)
+	guarding int                // deliveries still to go to guard
+	head     *entry             // oldest entry not yet under the watermark
+	tail     *entry
+	mark     *driver.Delivery // settled watermark not yet committed
+	inflight int
+	revoking bool
+	gone     bool
+	idle     chan struct{} // closed when inflight reaches 0 while revoking
+	held     int           // entries in the list
 }
 
 type slot struct {
@@ -134,6 +135,7 @@ type entry struct {
 	attempts  int  // attempts made by this engine
 	base      int  // attempts the transport made before this delivery
 	begun     bool // the transport counted this holder's attempt (see guard.go)
+	suspect   bool // a previous holder may have died running it (see guard.go)
 	settled   bool
 	dead      bool // to be dead-lettered: handling is over, publishing it is not
 	deadTries int  // dead-letter publishes that failed

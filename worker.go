@@ -100,9 +100,10 @@ func (m *member) run(s *slot) {
 		if batch == nil {
 			return
 		}
-		if s.guarded {
-			// One guarded message at a time in the member: a crash while
-			// it runs is its own.
+		suspect := batch[0].suspect
+		if suspect {
+			// One suspect at a time in the member: a crash while it runs
+			// is its own.
 			select {
 			case m.guardTurn <- struct{}{}:
 			case <-s.lane.ctx.Done():
@@ -118,7 +119,7 @@ func (m *member) run(s *slot) {
 			latency = m.invoke(s.lane.ctx, batch)
 		}
 		more := m.settle(s, batch, latency)
-		if s.guarded {
+		if suspect {
 			<-m.guardTurn
 		}
 		if !more {
@@ -140,10 +141,10 @@ func (m *member) take(s *slot) ([]*entry, time.Duration) {
 		return nil, 0
 	}
 	n := 1
-	if m.k.batch != nil && !s.queue[0].dead && !s.guarded {
+	if m.k.batch != nil && !s.queue[0].dead && !s.queue[0].suspect {
 		cfg := &m.k.cfg
 		bytes := s.queue[0].size
-		for n < len(s.queue) && n < cfg.batchCount && !s.queue[n].dead && bytes+s.queue[n].size <= cfg.batchBytes {
+		for n < len(s.queue) && n < cfg.batchCount && !s.queue[n].dead && !s.queue[n].suspect && bytes+s.queue[n].size <= cfg.batchBytes {
 			bytes += s.queue[n].size
 			n++
 		}
