@@ -216,8 +216,8 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 		e.base = d.Attempt - 1
 	}
 	e.begun = d.Attempt > 0
-	if e.base >= m.k.cfg.maxAttempts {
-		m.exhaustLocked(e, now)
+	if e.suspect = guarded || d.Redelivered || d.Attempt > 1; e.suspect {
+		m.suspects++ // judged when its turn comes
 	}
 	fromDelivery(&e.msg, m.k.topic, d)
 	e.size = d.Size()

@@ -1,19 +1,34 @@
 package omnibus
 
-// Attempts across holders: a message the transport says was delivered
-// more than MaxAttempts times without being settled (its handler may
-// crash the process each time) is dead-lettered on arrival, without
-// running the handler again. On a transport that counts deliveries
-// itself (JetStream, RabbitMQ quorum queues) that count is the
-// delivery's Attempt. On one that does not (a Kafka partition), the
-// driver's driver.AttemptKeeper counts the holders that began a lane's
-// committed position, and the engine guards a lane whose first delivery
-// was begun before: for guardSpan deliveries it runs the lane's messages
-// one at a time, commits the lane up to each and records it with Begin
-// before it runs, so that a process that dies leaves its lane's position
-// on the message it died in, counted. The guard's state is guarded by
-// member.mu; Begin and the commit before it run on the worker, with no
-// lock held.
+// Attempts across holders: a message delivered more than MaxAttempts
+// times by holders that never settled it (its handler may crash the
+// process each time) is dead-lettered without running again. On a
+// transport that counts deliveries (JetStream, RabbitMQ quorum queues)
+// the count is the delivery's Attempt; on one that does not (a Kafka
+// partition), the driver's driver.AttemptKeeper counts the holders that
+// began a lane's committed position.
+//
+// A delivery count also counts the messages a crashed process held and
+// never ran. So a suspect (a delivery the driver says was Redelivered, or
+// whose Attempt is above 1: a previous holder may have died running it)
+// waits for the member's turn, runs alone among the member's suspects,
+// and only after what the member settled was acknowledged or committed:
+// a crash while it runs leaves it, and what it held back, unsettled,
+// while suspects before it in delivery order were settled. The first
+// suspect found exhausted is dead-lettered; the suspects held with it
+// then run whatever their counts say (the process they were held in died
+// while it ran), until the member holds none. A second poisoned message
+// among them costs one more crash.
+//
+// On a transport with a keeper, where only a claim's first delivery is
+// counted, a suspect puts its lane under guard for guardSpan deliveries:
+// the lane's messages are all suspects, one at a time, each committed up
+// to and recorded with Begin before it runs, so that a process that dies
+// leaves its lane's position on the message it died in, counted.
+//
+// The suspects' state is guarded by member.mu; the turn (guardTurn) is
+// held by the worker running a suspect; settling and Begin run on that
+// worker with no lock held.
 
 import (
 	"fmt"
@@ -29,11 +44,11 @@ import (
 // committed position.
 const guardSpan = 256
 
-// guardLocked reports whether d goes to its lane's guard: a delivery a
-// previous holder began without settling starts a guard on a transport
-// whose driver keeps attempts, and deliveries go to the guard until
-// guardSpan went and it has nothing left (so that nothing of a key
-// overtakes what of it is still there).
+// guardLocked reports whether d goes to its lane's guard: on a transport
+// with a keeper, a delivery whose Attempt is above 1 (a claim's position
+// begun before) starts a guard, and deliveries go to it until guardSpan
+// went and it has nothing left (so that nothing of a key overtakes what
+// of it is still there).
 func (m *member) guardLocked(l *lane, d *driver.Delivery) bool {
 	if m.keeper == nil {
 		return false
@@ -57,30 +72,57 @@ func (l *lane) guardSlotLocked() *slot {
 	return l.guard
 }
 
-// begin prepares a guarded entry that no holder's count includes yet:
-// the lane's settled work is committed, so that e is the committed
-// position, and the keeper records that this holder begins it. One begun
-// more than MaxAttempts times is dead-lettered instead of run. When the
-// commit or the record fails, e runs all the same (as on a transport
-// without a keeper): the count is a safeguard, not a reason to stop.
+// begin prepares a suspect whose turn came: what the member settled is
+// acknowledged or committed first, so that a crash now leaves only e (and
+// what it holds back) unsettled; with a keeper, e is the committed
+// position and the keeper records that this holder begins it. One
+// delivered or begun more than MaxAttempts times is dead-lettered
+// instead of run, unless the member already found one so while holding
+// e (see the file's comment). When settling or the record fails, e runs
+// all the same, uncounted: the count is a safeguard, not a reason to
+// stop.
 func (m *member) begin(e *entry) {
-	e.begun = true
 	l := e.lane
 	if err := m.flush(l.ctx, []*lane{l}); err != nil {
-		m.k.logger.Warn("commit before a guarded message failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
+		m.k.logger.Warn("settling before a suspect failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
 		return
 	}
-	n, err := m.keeper.Begin(l.ctx, e.d)
-	if err != nil {
-		m.k.logger.Warn("recording a guarded message's attempt failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
-		return
+	if m.keeper != nil && !e.begun {
+		e.begun = true
+		n, err := m.keeper.Begin(l.ctx, e.d)
+		if err != nil {
+			m.k.logger.Warn("recording a guarded message's attempt failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
+			return
+		}
+		m.mu.Lock()
+		e.base = max(0, n-1)
+		m.mu.Unlock()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e.base = max(0, n-1)
-	if e.base >= m.k.cfg.maxAttempts {
-		m.exhaustLocked(e, time.Now())
+	if e.attempts > 0 || e.base < m.k.cfg.maxAttempts {
+		return
 	}
+	if m.forgiving {
+		m.k.logger.Info("running a message delivered with an exhausted one, whatever its count", "member", m.id, "lane", l.id, "id", e.msg.ID, "count", e.base)
+		e.base = 0
+		return
+	}
+	m.forgiving = true
+	m.exhaustLocked(e, time.Now())
+}
+
+// release hands what s holds back to the transport without running it:
+// its lane is going while the batch waited for its turn.
+func (m *member) release(s *slot) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range s.queue {
+		m.forgetLocked(e)
+	}
+	s.queue, s.running = nil, 0
+	s.active = false
+	s.lane.dropSlotLocked(s)
 }
 
 // exhaustLocked marks e, delivered MaxAttempts times or more by holders

@@ -88,7 +88,10 @@ type member struct {
 	workers   int       // live workers, at most MaxInFlight
 	stopped   bool      // close: workers end
 	stopOnce  sync.Once
-	stopErr   error // leaving the group failed; set once by stop
+	stopErr   error         // leaving the group failed; set once by stop
+	guardTurn chan struct{} // held by the one suspect running (see guard.go)
+	suspects  int           // suspects held
+	forgiving bool          // a suspect was found exhausted: the others held with it run
 }
 
 type lane struct {
@@ -132,6 +135,7 @@ type entry struct {
 	attempts  int  // attempts made by this engine
 	base      int  // attempts the transport made before this delivery
 	begun     bool // the transport counted this holder's attempt (see guard.go)
+	suspect   bool // a previous holder may have died running it (see guard.go)
 	settled   bool
 	dead      bool // to be dead-lettered: handling is over, publishing it is not
 	deadTries int  // dead-letter publishes that failed
@@ -154,6 +158,7 @@ func newMember(k *Consumer, id int) *member {
 		roomCh:     make(chan struct{}, 1),
 		lanes:      map[string]*lane{},
 		revokedAt:  map[string]uint64{},
+		guardTurn:  make(chan struct{}, 1),
 	}
 	m.cond.L = &m.mu
 	return m

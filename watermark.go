@@ -20,6 +20,12 @@ import (
 // engine is done with it; an unsettled one is delivered again later.
 func (m *member) forgetLocked(e *entry) {
 	l := e.lane
+	if e.suspect {
+		e.suspect = false
+		if m.suspects--; m.suspects == 0 {
+			m.forgiving = false
+		}
+	}
 	l.inflight--
 	m.inflight--
 	m.bytes -= e.size

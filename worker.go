@@ -100,14 +100,29 @@ func (m *member) run(s *slot) {
 		if batch == nil {
 			return
 		}
-		if s.guarded && !batch[0].begun && !batch[0].dead {
-			m.begin(batch[0]) // may find it exhausted
+		suspect := batch[0].suspect
+		if suspect {
+			// One suspect at a time in the member: a crash while it runs
+			// is its own.
+			select {
+			case m.guardTurn <- struct{}{}:
+			case <-s.lane.ctx.Done():
+				m.release(s)
+				return
+			}
+			if !batch[0].dead {
+				m.begin(batch[0]) // may find it exhausted
+			}
 		}
 		var latency time.Duration
 		if !batch[0].dead { // a dead letter waiting to land is only published
 			latency = m.invoke(s.lane.ctx, batch)
 		}
-		if !m.settle(s, batch, latency) {
+		more := m.settle(s, batch, latency)
+		if suspect {
+			<-m.guardTurn
+		}
+		if !more {
 			return
 		}
 	}
@@ -126,10 +141,10 @@ func (m *member) take(s *slot) ([]*entry, time.Duration) {
 		return nil, 0
 	}
 	n := 1
-	if m.k.batch != nil && !s.queue[0].dead && !s.guarded {
+	if m.k.batch != nil && !s.queue[0].dead && !s.queue[0].suspect {
 		cfg := &m.k.cfg
 		bytes := s.queue[0].size
-		for n < len(s.queue) && n < cfg.batchCount && !s.queue[n].dead && bytes+s.queue[n].size <= cfg.batchBytes {
+		for n < len(s.queue) && n < cfg.batchCount && !s.queue[n].dead && !s.queue[n].suspect && bytes+s.queue[n].size <= cfg.batchBytes {
 			bytes += s.queue[n].size
 			n++
 		}

@@ -153,6 +153,15 @@ type Delivery struct {
 	// message, starting at 1, when the transport counts redeliveries; 0
 	// when it does not.
 	Attempt int
+	// Redelivered says that the transport delivered the message before to
+	// a holder that neither settled it nor handed it back for a retry (its
+	// channel closed, its process died). The engine then handles the lane
+	// one message at a time for a while (see AttemptKeeper), so that a
+	// message that crashes its process is counted alone. A driver that
+	// cannot tell such a redelivery from a retry the engine asked for
+	// (Nacker) leaves it false; where the engine does not nack, an
+	// Attempt above 1 says the same.
+	Redelivered bool
 
 	// Token is the driver's own handle (a delivery tag, a record). The
 	// engine never looks at it.

@@ -28,8 +28,9 @@ import (
 const begunPrefix = "omnibus-begun "
 
 // head is what a member knows of a partition's committed offset: the
-// offset, how many holders began its record, and whether this member
-// still has to record its own claim (at the first delivery).
+// offset (-1: none yet), how many holders began its record, and whether
+// this member still has to record its own claim (at the first
+// delivery).
 type head struct {
 	offset int64
 	begun  int
@@ -70,7 +71,9 @@ func (s *sub) noteHeads(committed kadm.OffsetResponses, ps []int32) {
 	for _, p := range ps {
 		o, ok := committed.Lookup(s.topic, p)
 		if !ok || o.Err != nil || o.At < 0 {
-			delete(s.heads, p)
+			// No commit yet: the partition starts where the group's start
+			// says, and nobody began anything there.
+			s.heads[p] = head{offset: -1, claim: true}
 			continue
 		}
 		s.heads[p] = head{offset: o.At, begun: parseBegun(o.Metadata, o.At), claim: true}
@@ -93,7 +96,9 @@ func (s *sub) claim(ctx context.Context, d *driver.Delivery) {
 	h.claim = false
 	s.heads[pos.partition] = h
 	s.mu.Unlock()
-	if pos.offset != h.offset {
+	switch {
+	case h.offset < 0: // no commit: the group starts here
+	case pos.offset != h.offset:
 		return // the committed offset was out of range: nothing began here
 	}
 	n, err := s.record(ctx, *pos, h.begun+1)
@@ -133,12 +138,16 @@ func (s *sub) record(ctx context.Context, pos position, n int) (int, error) {
 	if !owned {
 		return 0, fmt.Errorf("kafkabus: begin %q partition %d: %w", s.topic, pos.partition, ErrNotOwner)
 	}
+	id, err := s.topicID(ctx)
+	if err != nil {
+		return 0, err
+	}
 	member, generation := s.cl.GroupMetadata()
 	meta := begunMeta(pos.offset, n)
 	req := kmsg.NewPtrOffsetCommitRequest()
 	req.Group, req.Generation, req.MemberID = s.group, generation, member
 	rt := kmsg.NewOffsetCommitRequestTopic()
-	rt.Topic = s.topic
+	rt.Topic, rt.TopicID = s.topic, id // by ID from OffsetCommit v10 on
 	rp := kmsg.NewOffsetCommitRequestTopicPartition()
 	rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = pos.partition, pos.offset, pos.epoch, &meta
 	rt.Partitions = append(rt.Partitions, rp)
@@ -158,4 +167,26 @@ func (s *sub) record(ctx context.Context, pos position, n int) (int, error) {
 	s.heads[pos.partition] = head{offset: pos.offset, begun: n}
 	s.mu.Unlock()
 	return n, nil
+}
+
+// topicID returns the topic's ID, read once.
+func (s *sub) topicID(ctx context.Context) ([16]byte, error) {
+	s.mu.Lock()
+	id := s.id
+	s.mu.Unlock()
+	if id != ([16]byte{}) {
+		return id, nil
+	}
+	td, err := s.conn.adm.ListTopics(ctx, s.topic)
+	if err == nil {
+		err = td.Error()
+	}
+	if err != nil {
+		return id, fmt.Errorf("kafkabus: topic %q: %w", s.topic, classify(err))
+	}
+	id = td[s.topic].ID
+	s.mu.Lock()
+	s.id = id
+	s.mu.Unlock()
+	return id, nil
 }

@@ -118,3 +118,21 @@ func (rc *restartableCluster) restart(t testing.TB) {
 	rc.start(t)
 	t.Logf("kfake restarted on %s", strconv.Quote(rc.current().ListenAddrs()[0]))
 }
+
+// TestFaults runs the fault suite on a cluster of its own, which the
+// restart test closes and starts again on the same ports and data. A
+// killed member's partitions move once its session (3s here) expires.
+func TestFaults(t *testing.T) {
+	transporttest.RunFaults(t, func(t *testing.T) transporttest.Harness {
+		rc := newRestartableCluster(t)
+		url := clusterURL(rc.current(), "session_timeout=3s")
+		return transporttest.Harness{
+			Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
+				return open(t, url)
+			},
+			URL:     url,
+			Lanes:   4,
+			Restart: func(ctx context.Context, t testing.TB) { rc.restart(t) },
+		}
+	})
+}

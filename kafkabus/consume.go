@@ -113,6 +113,7 @@ type sub struct {
 	owned      map[int32]bool   // partitions the member may commit
 	revokedAt  map[int32]uint64 // partition -> epoch of its last revocation
 	heads      map[int32]head   // the committed offsets of owned partitions (attempts.go)
+	id         [16]byte         // the topic's ID, once read (attempts.go)
 	epoch      uint64
 	interrupt  context.CancelFunc // ends the PollRecords of a Receive in progress
 	partitions int                // partition count at the last Lag read

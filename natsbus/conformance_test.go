@@ -134,3 +134,33 @@ func TestConformancePartitionedEmbedded(t *testing.T) {
 	dir := t.TempDir()
 	transporttest.Run(t, harness("nats://embedded?"+ackParam+"&"+partitionedParams+"&dir="+dir, 4))
 }
+
+// TestFaults runs the fault suite on a nats-server process of the test's
+// own, which the restart test stops and starts again with its store.
+func TestFaults(t *testing.T) {
+	transporttest.RunFaults(t, faultHarness(""))
+}
+
+// TestFaultsPartitioned is TestFaults in partitioned mode.
+func TestFaultsPartitioned(t *testing.T) {
+	transporttest.RunFaults(t, faultHarness(partitionedParams))
+}
+
+func faultHarness(params string) func(t *testing.T) transporttest.Harness {
+	return func(t *testing.T) transporttest.Harness {
+		srv := startPrivateServer(t)
+		u := srv.url() + "?" + ackParam + "&reconnect_wait=100ms"
+		lanes := 1
+		if params != "" {
+			u += "&" + params
+			lanes = 4
+		}
+		h := harness(u, lanes)
+		h.URL = u
+		h.Restart = func(ctx context.Context, t testing.TB) {
+			srv.stop()
+			srv.start()
+		}
+		return h
+	}
+}

@@ -157,7 +157,10 @@ func (s *sub) accept(l *lane, gen uint64, d *amqp.Delivery) {
 		Lane:     l.id,
 		Position: strconv.FormatUint(d.DeliveryTag, 10),
 		Attempt:  attempt,
-		Token:    &token{l: l, gen: gen, tag: d.DeliveryTag},
+		// A retry is a new message (see Nack): redelivered means a
+		// channel that held it closed without settling it.
+		Redelivered: d.Redelivered,
+		Token:       &token{l: l, gen: gen, tag: d.DeliveryTag},
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

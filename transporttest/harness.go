@@ -28,14 +28,6 @@ type Harness struct {
 	// tests are skipped, naming it.
 	URL string
 
-	// AttemptsCountDeliveries says that the transport's count of a
-	// message's attempts, which the engine dead-letters by, counts
-	// deliveries: a message a crashed process held but never ran counts
-	// too (JetStream's NumDelivered, RabbitMQ's x-delivery-count). The
-	// poison test then allows messages held with a crash-looping one to
-	// be dead-lettered with it, and counts them.
-	AttemptsCountDeliveries bool
-
 	// Lanes is the number of lanes the suite asks for when it creates a
 	// topic (Client.CreateTopic). Default: 4. Transports whose lane count
 	// is fixed by the URL set it to that count.
