@@ -8,6 +8,7 @@
 package secretfuzz
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -60,4 +61,22 @@ func Seed(f *testing.F, schemes ...string) {
 		f.Add(s, uint8(2), "alice", "p\x01", "\"w", "h:1", false)                   // a control character and a quote
 		f.Add(s, uint8(2), "alice", "pw", "", "h1:1,h2:2?tls_server_name=%", false) // a bad query
 	}
+}
+
+// Parse is url.Parse for a transport's URL parser, which is handed any
+// URL that url.Parse takes: ok is false when url.Parse refuses raw, and
+// when the query has a parameter named in files: they name files the
+// parser would read, and a fuzzer must not make it read /dev/zero.
+func Parse(raw string, files ...string) (u *url.URL, ok bool) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, false
+	}
+	q := u.Query()
+	for _, name := range files {
+		if q.Has(name) {
+			return nil, false
+		}
+	}
+	return u, true
 }
