@@ -1,11 +1,16 @@
-// Package secretfuzz builds the URLs of the fuzz targets that check that
-// no error shows a credential: a URL whose password (or token) carries
-// Marker, in any of the shapes credentials get typed in (one slash or
-// none after the scheme, "/", "?", "#", "@" or "%" inside the password,
-// odd schemes, hosts and queries). A password may be cut anywhere by a
-// parser, so Marker sits inside it, between two fuzzed parts: an error
-// that shows it shows the password's middle. Only tests import it.
-package secretfuzz
+// Package fuzztest is what the fuzz targets share: URLs that carry a
+// marked secret, for the targets that check that no error shows a
+// credential (this file), and messages built from fuzz input and
+// compared, for the targets that check that a transport's encoding
+// round-trips (messages.go). Only tests import it.
+package fuzztest
+
+// A URL here has a password (or token) carrying Marker, in any of the
+// shapes credentials get typed in (one slash or none after the scheme,
+// "/", "?", "#", "@" or "%" inside the password, odd schemes, hosts and
+// queries). A password may be cut anywhere by a parser, so Marker sits
+// inside it, between two fuzzed parts: an error that shows it shows the
+// password's middle.
 
 import (
 	"net/url"
