@@ -189,38 +189,3 @@ func TestOpenErrorKeepsTheCause(t *testing.T) {
 	}
 	checkHidden(t, "Open's error", err.Error(), "S3cret")
 }
-
-// FuzzRedactURL: no URL built around a secret (a password, or a token
-// alone) shows the secret after RedactURL or in Open's error, whatever
-// comes between the scheme and it, and after it. go test runs the seeds;
-// go test -fuzz explores.
-func FuzzRedactURL(f *testing.F) {
-	for _, sep := range []string{"", "/", "//", "///"} {
-		for _, user := range []string{"", "alice"} {
-			f.Add(sep, user, "S3cretTOKEN", "127.0.0.1:1/?a=b#c")
-		}
-	}
-	f.Fuzz(func(t *testing.T, sep, user, secret, rest string) {
-		// A secret must be one: long, unlike the mask (no x) and the rest,
-		// not starting with the slashes that may follow a scheme, and
-		// with no "@" of its own, which a user must escape.
-		if len(secret) < 8 || strings.ContainsAny(secret, "@%x") || strings.HasPrefix(secret, "/") ||
-			strings.Contains(user+"@"+rest, secret) || strings.Contains("quoting:"+sep, secret) {
-			t.Skip()
-		}
-		raw := "quoting:" + sep + secret + "@" + rest
-		if user != "" {
-			raw = "quoting:" + sep + user + ":" + secret + "@" + rest
-		}
-		if got := omnibus.RedactURL(raw); strings.Contains(got, secret) {
-			t.Errorf("RedactURL(%q) = %q", raw, got)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if c, err := omnibus.Open(ctx, raw); err == nil {
-			c.Close()
-		} else if strings.Contains(err.Error(), secret) {
-			t.Errorf("Open(%q): %v", raw, err)
-		}
-	})
-}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/internal/redact"
 )
 
 // URL schemes kafkabus registers.
@@ -347,7 +348,7 @@ func (c *config) openError(err error, mechs []sasl.Mechanism) error {
 		names = append(names, m.Name())
 	}
 	who := ""
-	if c.user != "" {
+	if c.user != "" && c.pass != "" && redact.ShowName(c.user) { // a name alone may be a token
 		who = fmt.Sprintf(" for user %q", c.user)
 	}
 	var first *kgo.ErrFirstReadEOF

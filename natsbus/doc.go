@@ -280,11 +280,15 @@
 // the header of its name without the prefix ("tenant"); a Content-Type
 // header (another producer's) is the content type when ce-datacontenttype
 // is missing; the server's Nats-* headers are not delivered, and a header
-// named Nats-* is refused on publish (the server acts on them). Other
-// headers are delivered as they are. Values are written as they are, with
-// CR and LF made spaces; they are not percent-encoded as the binding's
-// current draft asks, because the CloudEvents SDK for Go does not decode
-// that. A message without ce-id takes Nats-Msg-Id as its ID.
+// named Nats-* is refused on publish (the server acts on them), as is a
+// name NATS cannot carry (printable ASCII only, without
+// "()/,:;<=>?@[\]{} and the double quote). Other headers are delivered
+// as they are. Values (headers', and the fields' in ce-* headers) are
+// written as they are, with CR and LF made spaces and the white space at
+// either end dropped, as a NATS header carries them; they are not
+// percent-encoded as the binding's current draft asks, because the
+// CloudEvents SDK for Go does not decode that. A message without ce-id
+// takes Nats-Msg-Id as its ID.
 //
 // A message in structured content mode (a Content-Type of
 // application/cloudevents+json, or, as the binding's first version had

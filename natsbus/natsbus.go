@@ -23,6 +23,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/internal/redact"
 )
 
 // Scheme is the URL scheme natsbus registers.
@@ -216,8 +217,10 @@ func authError(err error) bool {
 func (cfg *config) credentials() string {
 	var what []string
 	if cfg.user != nil {
-		if _, ok := cfg.user.Password(); ok {
+		if _, ok := cfg.user.Password(); ok && redact.ShowName(cfg.user.Username()) {
 			what = append(what, fmt.Sprintf("the password of user %q", cfg.user.Username()))
+		} else if ok {
+			what = append(what, "the password of the URL's user")
 		} else {
 			what = append(what, "the token")
 		}

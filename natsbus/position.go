@@ -50,6 +50,24 @@ type position struct {
 
 func positionKey(lane string) string { return "p." + lane }
 
+// encodePosition is the stored record of next on the stream created at
+// created.
+func encodePosition(next uint64, created time.Time) []byte {
+	b, _ := json.Marshal(position{Next: next, StreamCreated: created}) // a struct of a number and a time
+	return b
+}
+
+// decodePosition reads a stored record: ok is false when it is not one
+// of the stream created at created (another stream of the same name, a
+// value written by someone else, no position).
+func decodePosition(b []byte, created time.Time) (next uint64, ok bool) {
+	var pos position
+	if json.Unmarshal(b, &pos) != nil || pos.Next == 0 || !pos.StreamCreated.Equal(created) {
+		return 0, false
+	}
+	return pos.Next, true
+}
+
 // positions opens, or creates, the bucket of group's positions on ref.
 func (c *conn) positions(ctx context.Context, ref *streamRef, group string) (*positions, error) {
 	kv, err := c.bucket(ctx, jetstream.KeyValueConfig{
@@ -89,11 +107,11 @@ func (p *positions) get(ctx context.Context, lane string) (next, rev uint64, ok 
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("position bucket %q: read lane %s: %w", p.kv.Bucket(), lane, classify(err))
 	}
-	var pos position
-	if json.Unmarshal(e.Value(), &pos) != nil || pos.Next == 0 || !pos.StreamCreated.Equal(p.created) {
+	next, ok = decodePosition(e.Value(), p.created)
+	if !ok {
 		return 0, e.Revision(), false, nil // not ours to trust: written for another stream
 	}
-	return pos.Next, e.Revision(), true, nil
+	return next, e.Revision(), true, nil
 }
 
 // init records next for lane unless a position is recorded already, and
@@ -139,7 +157,7 @@ var errConflict = errors.New("written concurrently")
 // write stores next for lane if the key is still at revision rev (0: the
 // key must not exist); errConflict when it is not.
 func (p *positions) write(ctx context.Context, lane string, next, rev uint64) error {
-	b, _ := json.Marshal(position{Next: next, StreamCreated: p.created})
+	b := encodePosition(next, p.created)
 	var err error
 	if rev == 0 {
 		_, err = p.kv.Create(ctx, positionKey(lane), b)

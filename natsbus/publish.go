@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/textproto"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -32,12 +33,15 @@ const (
 	HeaderContentType  = "ce-datacontenttype"
 )
 
-// headerValue makes v safe in a NATS header: CR and LF would end it.
+// headerValue is v as a NATS header carries it: CR and LF, which would
+// end it, made spaces, and the white space at either end dropped, as
+// nats.go drops it on the wire. What headerValue returns arrives as it
+// is.
 func headerValue(v string) string {
-	if !strings.ContainsAny(v, "\r\n") {
-		return v
+	if strings.ContainsAny(v, "\r\n") {
+		v = strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(v)
 	}
-	return strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(v)
+	return textproto.TrimString(v)
 }
 
 // serverHeader reports whether k is in the server's namespace (Nats-Msg-Id,
@@ -46,13 +50,16 @@ func serverHeader(k string) bool {
 	return len(k) >= 5 && strings.EqualFold(k[:5], "Nats-")
 }
 
+// checkHeaderKey refuses a header name nats.go would refuse (the whole
+// publish, with nats.ErrBadHeaderMsg): it takes printable ASCII but
+// none of "()/,:;<=>?@[\]{} and the double quote.
 func checkHeaderKey(k string) error {
 	if k == "" {
 		return errors.New("empty header name")
 	}
 	for i := 0; i < len(k); i++ {
-		if c := k[i]; c <= ' ' || c == ':' || c == 0x7f {
-			return fmt.Errorf("header name %q: illegal character %q", k, c)
+		if c := k[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
+			return fmt.Errorf("header name %q: character %q is not allowed in a NATS header name", k, c)
 		}
 	}
 	if serverHeader(k) {

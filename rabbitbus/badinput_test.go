@@ -106,6 +106,26 @@ func TestPublishTooLarge(t *testing.T) {
 	})
 }
 
+// TestPublishRefusesHeadersThatWouldNotArrive: a header with RabbitMQ's
+// x- prefix, or named as one of rabbitbus's own, fails its message with
+// ErrInvalid (a receiver would not get it back); the others of the batch
+// are published.
+func TestPublishRefusesHeadersThatWouldNotArrive(t *testing.T) {
+	requireServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := open(ctx, t, "")
+	topic := fmt.Sprintf("omnibus-headers-%x", rand.Uint32())
+	for _, name := range []string{"x-request-id", "x-death", hdrAttempt, hdrKey, hdrKeyless} {
+		err := c.Publish(ctx, topic, &omnibus.Message{Headers: map[string]string{"X-Request-Id": "kept"}},
+			&omnibus.Message{Headers: map[string]string{name: "v"}})
+		var pe *omnibus.PublishError
+		if !errors.As(err, &pe) || len(pe.Failed) != 1 || pe.Failed[0].Index != 1 || !errors.Is(err, omnibus.ErrInvalid) || !strings.Contains(err.Error(), name) {
+			t.Errorf("header %q: got %v, want a *PublishError failing message 1 alone with ErrInvalid naming it", name, err)
+		}
+	}
+}
+
 // TestMandatory checks that an unroutable message fails alone with
 // ErrUnroutable when mandatory=true.
 func TestMandatory(t *testing.T) {

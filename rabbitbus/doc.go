@@ -126,7 +126,10 @@
 // omnibus-keyless, so partitioned topics spread keyless messages;
 // delivery-mode is 2 (persistent) unless durability is none. Received x-*
 // headers (x-death, x-delivery-count) and non-scalar application
-// properties are not copied into Headers.
+// properties are not copied into Headers; so that every header a client
+// publishes arrives, Publish refuses (ErrInvalid) header names with the
+// x- prefix, RabbitMQ's, and rabbitbus's own omnibus-attempt,
+// omnibus-key and omnibus-keyless.
 //
 // # Delivery semantics
 //

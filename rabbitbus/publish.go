@@ -136,6 +136,11 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 			failed = true
 			continue
 		}
+		if err := checkHeaders(m); err != nil {
+			b.errs[i] = fmt.Errorf("rabbitbus: publish %q: message %q: %w: %w", topic, m.ID, err, driver.ErrInvalid)
+			failed = true
+			continue
+		}
 		pms = append(pms, &pmsg{
 			exchange:  topic,
 			key:       routingKey(m),

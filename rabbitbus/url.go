@@ -19,6 +19,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/internal/redact"
 )
 
 // Defaults of the URL parameters.
@@ -129,7 +130,7 @@ func parseConfig(u *url.URL) (*config, error) {
 		return nil, fmt.Errorf("rabbitbus: URL %q: %v: %w", cfg.redacted, omnibus.Redact(err.Error(), u.String()), driver.ErrInvalid)
 	}
 	cfg.vhost = uri.Vhost
-	if _, hasPass := u.User.Password(); hasPass || u.User == nil {
+	if _, hasPass := u.User.Password(); (hasPass || u.User == nil) && redact.ShowName(uri.Username) {
 		cfg.user = uri.Username // a user name alone is shown nowhere, as a token would not be
 	}
 	cfg.amqp.Vhost = uri.Vhost

@@ -28,6 +28,22 @@ const (
 	hdrKeyless = "omnibus-keyless"
 )
 
+// checkHeaders refuses the header names a receiver would not get back:
+// the x- prefix is RabbitMQ's (x-death, x-delivery-count; decode leaves
+// such headers out), and hdrAttempt, hdrKey and hdrKeyless are
+// rabbitbus's own.
+func checkHeaders(m *driver.Message) error {
+	for k := range m.Headers {
+		switch {
+		case strings.HasPrefix(k, "x-"):
+			return fmt.Errorf("header name %q: the x- prefix is RabbitMQ's", k)
+		case k == hdrAttempt || k == hdrKey || k == hdrKeyless:
+			return fmt.Errorf("header name %q is rabbitbus's own", k)
+		}
+	}
+	return nil
+}
+
 // routingKey is the routing key a message is published with.
 func routingKey(m *driver.Message) string {
 	if m.Key == "" {

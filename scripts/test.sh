@@ -17,7 +17,8 @@
 #   - installs nodejs and npm (apt-get) and kinesalite and dynalite (npm,
 #     into ~/.cache/omnibus-npm) and starts them on 127.0.0.1:4567 and 4568.
 # Kafka itself runs in-process (kfake); the embedded NATS server needs
-# nothing installed.
+# nothing installed. After the tests, every fuzz target runs briefly (see
+# FUZZTIME below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -111,4 +112,23 @@ fi
 # their own: the binary must be there even when a Redis already listens.
 need_pkg redis-server redis-server
 
-exec go test -race -count=1 -timeout 20m "$@" ./...
+status=0
+go test -race -count=1 -timeout 20m "$@" ./... || status=$?
+
+# Fuzzing: every fuzz target (found with go test -list) runs for FUZZTIME
+# (default 3s; 0 skips them) from its seed corpus (f.Add, and the files in
+# the package's testdata/fuzz). go test -fuzz takes one package and one
+# target at a time. A failing input is written to testdata/fuzz: commit it
+# with the fix, so the plain test run checks it from then on.
+fuzztime=${FUZZTIME:-3s}
+if [ "$fuzztime" != 0 ]; then
+  while read -r pkg target; do
+    log "fuzzing $pkg $target for $fuzztime"
+    go test -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" "$pkg" >/dev/null || {
+      log "fuzz target $target of $pkg failed:"
+      go test -run "^$target\$" "$pkg" || true
+      status=1
+    }
+  done < <(go test -list '^Fuzz' ./... | awk '/^Fuzz/ { t[n++] = $1; next } /^ok/ { for (i = 0; i < n; i++) print $2, t[i]; n = 0 }')
+fi
+exit "$status"

@@ -17,8 +17,9 @@ const Mask = "xxxxx"
 // everything between the scheme (and the slashes after it) and the last
 // "@": a user name followed by ":" and a password keeps the name and
 // loses the rest; user info without a password (a token, or a user name
-// alone) is hidden whole, and so is user info whose name part holds an "@" (it cannot be
-// told from a host). It works on any string, also one that url.Parse
+// alone) is hidden whole, and so is user info whose name part holds an
+// "@", as typed or escaped (%40: how url.URL writes it back), as it cannot
+// be told from a host and a token before it. It works on any string, also one that url.Parse
 // rejects or that has no host, so a credential typed with one slash,
 // none, or an unescaped "/", "?" or "#" in it is still hidden. When a
 // query value holds an "@", everything before it is hidden too: hiding
@@ -28,10 +29,17 @@ func URL(raw string) string {
 	if !ok {
 		return raw
 	}
-	if user, pass, hasPass := strings.Cut(info, ":"); hasPass && pass != "" && !strings.Contains(user, "@") {
+	if user, pass, hasPass := strings.Cut(info, ":"); hasPass && pass != "" && ShowName(user) {
 		return prefix + user + ":" + Mask + rest
 	}
 	return prefix + Mask + rest
+}
+
+// ShowName reports whether a user name given with a password may be
+// shown: not when it holds an "@", as typed or escaped (%40), which
+// cannot be told from a host and a token typed before it.
+func ShowName(name string) bool {
+	return !strings.Contains(name, "@") && !strings.Contains(strings.ToLower(name), "%40")
 }
 
 // Text returns s with rawURL's credentials hidden wherever they appear:

@@ -1,13 +1,19 @@
-// Package secretfuzz builds the URLs of the fuzz targets that check that
-// no error shows a credential: a URL whose password (or token) carries
-// Marker, in any of the shapes credentials get typed in (one slash or
-// none after the scheme, "/", "?", "#", "@" or "%" inside the password,
-// odd schemes, hosts and queries). A password may be cut anywhere by a
-// parser, so Marker sits inside it, between two fuzzed parts: an error
-// that shows it shows the password's middle. Only tests import it.
-package secretfuzz
+// Package fuzztest is what the fuzz targets share: URLs that carry a
+// marked secret, for the targets that check that no error shows a
+// credential (this file), and messages built from fuzz input and
+// compared, for the targets that check that a transport's encoding
+// round-trips (messages.go). Only tests import it.
+package fuzztest
+
+// A URL here has a password (or token) carrying Marker, in any of the
+// shapes credentials get typed in (one slash or none after the scheme,
+// "/", "?", "#", "@" or "%" inside the password, odd schemes, hosts and
+// queries). A password may be cut anywhere by a parser, so Marker sits
+// inside it, between two fuzzed parts: an error that shows it shows the
+// password's middle.
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -60,4 +66,22 @@ func Seed(f *testing.F, schemes ...string) {
 		f.Add(s, uint8(2), "alice", "p\x01", "\"w", "h:1", false)                   // a control character and a quote
 		f.Add(s, uint8(2), "alice", "pw", "", "h1:1,h2:2?tls_server_name=%", false) // a bad query
 	}
+}
+
+// Parse is url.Parse for a transport's URL parser, which is handed any
+// URL that url.Parse takes: ok is false when url.Parse refuses raw, and
+// when the query has a parameter named in files: they name files the
+// parser would read, and a fuzzer must not make it read /dev/zero.
+func Parse(raw string, files ...string) (u *url.URL, ok bool) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, false
+	}
+	q := u.Query()
+	for _, name := range files {
+		if q.Has(name) {
+			return nil, false
+		}
+	}
+	return u, true
 }
