@@ -67,7 +67,9 @@ func TestKEDAAsKEDACallsIt(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	serveCtx, stop := context.WithCancel(ctx)
-	go func() { served <- keda.Serve(serveCtx, lis, keda.Group{Topic: "orders", Group: "billing", Controller: ctl}) }()
+	go func() {
+		served <- keda.Serve(serveCtx, lis, keda.Group{Topic: "orders", Group: "billing", Controller: ctl})
+	}()
 	defer func() {
 		stop()
 		if err := <-served; err != nil {
