@@ -45,7 +45,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/autoscale"
-	pb "github.com/omnibus-go/omnibus/autoscale/keda/internal/externalscaler"
+	pb "github.com/omnibus-go/omnibus/internal/externalscaler"
 )
 
 // Group is one consumer group served to KEDA.

@@ -18,7 +18,7 @@ import (
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/autoscale"
 	"github.com/omnibus-go/omnibus/autoscale/keda"
-	pb "github.com/omnibus-go/omnibus/autoscale/keda/internal/externalscaler"
+	pb "github.com/omnibus-go/omnibus/internal/externalscaler"
 	"github.com/omnibus-go/omnibus/membus"
 )
 
