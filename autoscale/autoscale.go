@@ -62,10 +62,12 @@
 //     larger steps are preferred.
 //   - A lane's lag asks for more members once the lane is seen to
 //     progress. A lane with lag that has not progressed for StallAfter
-//     samples is stalled (a poison message, a dead dependency): more
-//     members would not help, so its lag does not ask for more. It still
-//     keeps the group from shrinking: a lane that is changing hands looks
-//     stalled for a moment too.
+//     samples while the group's members stayed the same is stalled (a
+//     poison message, a dead dependency): more members would not help, so
+//     its lag does not ask for more. It still keeps the group from
+//     shrinking. A lane that does not progress while members join or
+//     leave is not called stalled (it may be waiting for its new owner),
+//     but its lag does not ask for more members either.
 //   - A lag read that fails, or a lane whose lag is unknown, holds the
 //     current size: unknown is never read as zero.
 //

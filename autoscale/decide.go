@@ -64,6 +64,7 @@ type point struct {
 	committed int64
 	lag       int64
 	known     bool
+	members   int // the group's (or this process's) members at the sample
 }
 
 // progressed reports whether the lane moved between two samples: this
@@ -107,7 +108,7 @@ func (c *Controller) decide(v view, err error, now time.Time) Decision {
 	var oldest time.Duration   // age of every lane with lag
 	for _, l := range v.lags { // lags come sorted by lane
 		settled, local := v.settled[l.Lane]
-		p := point{settled: -1, committed: l.Committed, lag: l.Lag, known: l.Known}
+		p := point{settled: -1, committed: l.Committed, lag: l.Lag, known: l.Known, members: members}
 		if local {
 			p.settled = settled
 		}
@@ -119,9 +120,10 @@ func (c *Controller) decide(v view, err error, now time.Time) Decision {
 		c.history[l.Lane] = h
 		// A lane's lag counts once the lane is seen to progress: adding
 		// members helps only lanes that move.
-		progressing := false
+		progressing, steady := false, true
 		for i := 1; i < len(h); i++ {
 			progressing = progressing || progressed(h[i-1], h[i])
+			steady = steady && h[i].members == h[0].members
 		}
 		if l.Known {
 			known += l.Lag
@@ -139,7 +141,9 @@ func (c *Controller) decide(v view, err error, now time.Time) Decision {
 				ageUnknown = true
 			}
 			d.Age = max(d.Age, l.Age)
-		case len(h) == c.p.StallAfter+1:
+		case len(h) == c.p.StallAfter+1 && steady:
+			// Judged over a window without members joining or leaving:
+			// in a rebalance a lane may wait for a new owner.
 			s.Stalled = true
 			d.Stalled = append(d.Stalled, l.Lane)
 		}

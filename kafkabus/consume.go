@@ -119,19 +119,19 @@ type sub struct {
 	partitions int                // partition count at the last Lag read
 	closed     bool
 
-	carry []carried // polled records that did not fit; Receive's own
+	carry carry // polled records not returned yet; Receive's own
 
 	closeOnce sync.Once
 }
 
 // Receive implements driver.Subscriber. It returns what fits in room of
-// the records of partitions the member holds; kgo keeps the rest of a
-// fetch buffered, and records polled that did not fit wait in carry.
+// the records of partitions the member holds, the partitions taking
+// turns (carry.go); records polled that did not fit wait in carry.
 func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
 	s.mu.Lock()
 	epoch := s.epoch
 	s.mu.Unlock()
-	if len(s.carry) > 0 {
+	if s.carry.len() > 0 {
 		return s.fit(ctx, room), nil
 	}
 	for {
@@ -150,7 +150,7 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 			cancel()
 			return nil, nil // a revocation waits for this Receive
 		}
-		fs := s.cl.PollRecords(pctx, max(1, room.Count))
+		fs := s.cl.PollFetches(pctx)
 		s.mu.Lock()
 		s.interrupt = nil
 		s.mu.Unlock()
@@ -167,10 +167,10 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 		})
 		fs.EachRecord(func(r *kgo.Record) {
 			if r.Topic == s.topic {
-				s.carry = append(s.carry, carried{r, epoch})
+				s.carry.add(carried{r, epoch})
 			}
 		})
-		if ds := s.fit(ctx, room); len(ds) > 0 || len(s.carry) > 0 || interrupted {
+		if ds := s.fit(ctx, room); len(ds) > 0 || s.carry.len() > 0 || interrupted {
 			// After a revocation the engine wants the Receive back at
 			// once, even empty.
 			return ds, nil
@@ -182,44 +182,6 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 			return nil, fmt.Errorf("kafkabus: receive %q group %q: %w", s.topic, s.group, classify(ferr))
 		}
 	}
-}
-
-// carried is a polled record waiting in carry, with the epoch it was
-// polled in.
-type carried struct {
-	r     *kgo.Record
-	epoch uint64
-}
-
-// fit takes from carry the deliveries that fit in room, in order. A
-// record polled while its partition was revoked belongs to the old claim
-// and is dropped: the next owner reads it again. The first delivery of a
-// claim at the committed offset records the claim (see claim).
-func (s *sub) fit(ctx context.Context, room driver.Room) []*driver.Delivery {
-	var ds []*driver.Delivery
-	bytes, i := 0, 0
-	s.mu.Lock()
-	for ; i < len(s.carry); i++ {
-		c := s.carry[i]
-		if !s.owned[c.r.Partition] || s.revokedAt[c.r.Partition] > c.epoch {
-			continue
-		}
-		d := delivery(c.r)
-		size := d.Size()
-		if !room.Fits(len(ds), bytes, size) {
-			break
-		}
-		bytes += size
-		ds = append(ds, d)
-	}
-	s.mu.Unlock()
-	rest := copy(s.carry, s.carry[i:])
-	clear(s.carry[rest:])
-	s.carry = s.carry[:rest]
-	for _, d := range ds {
-		s.claim(ctx, d)
-	}
-	return ds
 }
 
 // Commit implements driver.Committer: it commits, synchronously, the

@@ -14,19 +14,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// groupLagReader is implemented by a transport connection that reads a
-// consumer group's lag from outside the group, without joining it (which
-// would take lanes away from its members). lag needs it.
-type groupLagReader interface {
-	GroupLag(ctx context.Context, topic, group string) ([]driver.LaneLag, error)
-}
-
-// groupMembersReader is optionally implemented by a transport connection
-// that reports how many members a group has; it tells STOP from STALL.
-type groupMembersReader interface {
-	GroupMembers(ctx context.Context, topic, group string) (int, error)
-}
-
 type lagOptions struct {
 	url      string
 	topic    string
@@ -173,8 +160,8 @@ func (a *app) lagSource(ctx context.Context, c *omnibus.Client) (lagSource, func
 	if open, ok := lagSources[scheme(a.rawURL)]; ok {
 		return open(ctx, c, a.rawURL)
 	}
-	if glr, ok := c.Driver().(groupLagReader); ok {
-		gmr, _ := c.Driver().(groupMembersReader)
+	if glr, ok := c.Driver().(driver.GroupLagReader); ok {
+		gmr, _ := c.Driver().(driver.GroupMembersReader)
 		return func(ctx context.Context, topic, group string) (groupLag, error) {
 			g := groupLag{Members: -1}
 			var err error

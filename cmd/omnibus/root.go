@@ -111,7 +111,7 @@ Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.exporterCmd(), a.benchCmd(), a.demoCmd(), a.serverCmd(), a.versionCmd())
+	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.exporterCmd(), a.benchCmd(), a.demoCmd(), a.serverCmd(), a.kedaCmd(), a.versionCmd())
 	return root
 }
 
