@@ -22,7 +22,11 @@ type lanesLog struct {
 	claimed, revoked, lost []string
 }
 
-func (l *lanesLog) Claimed(ls []string) { l.mu.Lock(); l.claimed = append(l.claimed, ls...); l.mu.Unlock() }
+func (l *lanesLog) Claimed(ls []string) {
+	l.mu.Lock()
+	l.claimed = append(l.claimed, ls...)
+	l.mu.Unlock()
+}
 func (l *lanesLog) Revoked(_ context.Context, ls []string) {
 	l.mu.Lock()
 	l.revoked = append(l.revoked, ls...)
