@@ -43,6 +43,7 @@ func (s *sub) claimEvery() time.Duration {
 
 func (s *sub) readLoop() {
 	defer s.wg.Done()
+	defer close(s.readerDone)
 	var lastClaim time.Time
 	cursor := "0-0"
 	for {
