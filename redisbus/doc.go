@@ -154,6 +154,10 @@
 // running when its member froze finishes, possibly while the next owner
 // handles the same message again.
 //
+// A member balances the partitions the topic had when it joined: after
+// CreateTopic grows a topic, the new partitions are read once members
+// join (or rejoin) the group.
+//
 // A partitioned member that loses a read's reply (the connection broke
 // after the server read for it) takes over, before reading on, the
 // entries pending for it after the last entry it got: the lost read's,
