@@ -36,13 +36,12 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 	if err != nil {
 		return nil, err
 	}
+	s := newSub(c, topic, parts, opts)
 	fail := func(err error) (driver.Subscriber, error) {
+		s.cancel()
+		_ = s.rd.Close()
 		return nil, fmt.Errorf("redisbus: subscribe %q group %q: %w", topic, opts.Group, err)
 	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = 256
-	}
-	s := newSub(c, topic, parts, opts)
 	start := "$"
 	if opts.StartAt == driver.StartEarliest {
 		start = "0"
@@ -204,10 +203,9 @@ func (s *sub) unblock() {
 	}
 }
 
-// abort undoes a Subscribe that failed after addSub.
+// abort undoes the registration of a Subscribe that failed after
+// addSub.
 func (s *sub) abort() {
-	s.cancel()
-	_ = s.rd.Close()
 	s.c.subs.Remove(s)
 	if s.opts.Ephemeral {
 		s.c.leaveEphemeral(s.topic, s.group)
