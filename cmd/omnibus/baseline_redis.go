@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -34,29 +32,9 @@ func redisBaseline(ctx context.Context, _ *omnibus.Client, rawURL, topic string,
 	if err != nil {
 		return 0, 0, err
 	}
-	opt := &redis.Options{Addr: u.Host, Protocol: 2, DisableIdentity: true, MaxRetries: -1}
-	if _, _, err := net.SplitHostPort(u.Host); err != nil {
-		opt.Addr = net.JoinHostPort(strings.Trim(u.Host, "[]"), redisbus.DefaultPort)
-	}
-	if u.User != nil {
-		opt.Username = u.User.Username()
-		if pw, ok := u.User.Password(); ok {
-			opt.Password = pw
-		} else {
-			opt.Username, opt.Password = "", opt.Username
-		}
-	}
-	db := strings.Trim(u.Path, "/")
-	if db == "" {
-		db = u.Query().Get("db")
-	}
-	if db != "" {
-		if opt.DB, err = strconv.Atoi(db); err != nil {
-			return 0, 0, fmt.Errorf("database %q: %w", db, err)
-		}
-	}
-	if u.Query().Get("tls") == "true" {
-		return 0, 0, errors.New("the go-redis baseline does not speak TLS")
+	opt, err := redisbus.ClientOptions(rawURL)
+	if err != nil {
+		return 0, 0, err
 	}
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
