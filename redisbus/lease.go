@@ -1,12 +1,11 @@
 package redisbus
 
 // Leases: the refresher goroutine renews the member's heartbeat and its
-// leases every lease_ttl/4 (each only while it still holds the member's
-// token); the
-// watchdog goroutine gives a lease up at its local deadline and reports
-// the lane lost at once (Lanes.Lost), never behind another lane's drain.
-// sub.mu guards the lanes' lease fields; Lanes.Lost is called with no
-// lock held.
+// leases every lease_ttl/4 (each lease only while it still holds the
+// member's token); the watchdog goroutine gives a lease up at its local
+// deadline and reports the lane lost at once (Lanes.Lost), never behind
+// another lane's drain. sub.mu guards the lanes' lease fields;
+// Lanes.Lost is called with no lock held.
 
 import (
 	"context"
