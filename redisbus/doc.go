@@ -222,8 +222,8 @@
 // read's entries, by bytes.
 // Reads run on a connection of the member's own, so a blocking read
 // (XREADGROUP BLOCK, XREAD BLOCK, at most 2 seconds) never holds a pooled
-// connection; a new lane ends one with CLIENT UNBLOCK, and Close by
-// closing the connection.
+// connection; a new lane and Close end one with CLIENT UNBLOCK (Close
+// then closes the connection).
 //
 // The client does not retry commands (go-redis MaxRetries -1): a
 // connection that breaks fails the command, the engine retries the read
