@@ -227,7 +227,8 @@
 //
 // The client does not retry commands (go-redis MaxRetries -1): a
 // connection that breaks fails the command, the engine retries the read
-// or the acknowledgement with its backoff, and the pool dials again. A
+// with its backoff, an acknowledgement that failed goes with the next
+// one (or the keeper's, or the refresher's), and the pool dials again. A
 // server restart loses nothing the server kept (see Durability): groups,
 // pending entries and positions are in the dataset.
 //
