@@ -115,3 +115,71 @@ func (c *Subscribers[S]) Close() bool {
 	}
 	return true
 }
+
+// Balance is one member's next step in sharing a group's lanes with the
+// other live members by count, KCL-style, for transports whose members
+// hold lanes through leases (natsbus's and redisbus's partitioned modes).
+// With n live members and N lanes, a member holds at most ceil(N/n);
+// while another member holds fewer than floor(N/n), members at floor(N/n)
+// or more take no free lane; and when none is free and a member has fewer
+// than floor(N/n), the most loaded member (the lowest ID among equals)
+// gives one up.
+//
+// self is the member's ID and members the live members seen (self among
+// them or not); owners[i] is lane i's owner as seen ("" when free), and
+// mine[i] whether the member holds lane i by its own reckoning. A lane
+// whose owner reads as self but that is not mine (given up or lost, its
+// release not seen yet) is neither free nor counted. Balance returns the
+// free lanes to claim, in random order, and the lane to give up (-1 for
+// none), with again set when that lane is above ceil(N/n), so the caller
+// goes on at once.
+func Balance(self string, members, owners []string, mine []bool) (claim []int, release int, again bool) {
+	counts := map[string]int{self: 0}
+	for _, m := range members {
+		counts[m] += 0
+	}
+	var free, held []int
+	for lane, owner := range owners {
+		switch {
+		case lane < len(mine) && mine[lane]:
+			held = append(held, lane)
+			counts[self]++
+		case owner == self:
+		case owner == "":
+			free = append(free, lane)
+		default:
+			counts[owner]++
+		}
+	}
+	n, lanes := len(counts), len(owners)
+	floor, ceil := lanes/n, (lanes+n-1)/n
+	have := len(held)
+	needy := false // another member holds fewer than its floor
+	for id, c := range counts {
+		if id != self && c < floor {
+			needy = true
+		}
+	}
+	switch {
+	case have > ceil:
+		return nil, held[len(held)-1], true
+	case len(free) > 0:
+		limit := ceil
+		if needy {
+			limit = floor
+		}
+		rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+		return free[:max(0, min(len(free), limit-have))], -1, false
+	case needy && have > floor:
+		giver := self
+		for id, c := range counts {
+			if c > counts[giver] || (c == counts[giver] && id < giver) {
+				giver = id
+			}
+		}
+		if giver == self {
+			return nil, held[len(held)-1], false
+		}
+	}
+	return nil, -1, false
+}

@@ -62,3 +62,41 @@ func TestSubscribers(t *testing.T) {
 		t.Error("after Close: a second Close or an Add succeeded, or Closed is false")
 	}
 }
+
+func TestBalance(t *testing.T) {
+	mine := func(lanes ...int) []bool {
+		m := make([]bool, 6)
+		for _, l := range lanes {
+			m[l] = true
+		}
+		return m
+	}
+	for _, tt := range []struct {
+		name    string
+		members []string
+		owners  []string
+		mine    []bool
+		claims  int
+		release int
+		again   bool
+	}{
+		{"alone takes all", nil, []string{"", "", "", "", "", ""}, mine(), 6, -1, false},
+		{"two: up to three", []string{"b"}, []string{"", "", "", "", "", ""}, mine(), 3, -1, false},
+		{"above ceil gives one up at once", []string{"b", "c"}, []string{"a", "a", "a", "b", "", ""}, mine(0, 1, 2), 0, 2, true},
+		{"a needy member: only up to floor", []string{"b", "c"}, []string{"a", "", "b", "b", "", ""}, mine(0), 1, -1, false},
+		{"none free, one needy: the most loaded gives", []string{"b", "c", "d"}, []string{"a", "a", "b", "b", "c", "c"}, mine(0, 1), 0, 1, false},
+		{"none free, one needy, at floor: another gives", []string{"b", "c", "d"}, []string{"a", "b", "b", "c", "c", "b"}, mine(0), 0, -1, false},
+		{"own lane not yet released is not free", nil, []string{"a", "", "", "", "", ""}, mine(), 5, -1, false},
+	} {
+		claim, release, again := driver.Balance("a", tt.members, tt.owners, tt.mine)
+		if len(claim) != tt.claims || release != tt.release || again != tt.again {
+			t.Errorf("%s: claim %v release %d again %v; want %d claims, release %d, again %v",
+				tt.name, claim, release, again, tt.claims, tt.release, tt.again)
+		}
+		for _, l := range claim {
+			if tt.owners[l] != "" {
+				t.Errorf("%s: claims lane %d, owned by %q", tt.name, l, tt.owners[l])
+			}
+		}
+	}
+}

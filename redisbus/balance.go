@@ -8,7 +8,6 @@ package redisbus
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"github.com/omnibus-go/omnibus/driver"
@@ -37,11 +36,8 @@ func (p *partitioned) balanceLoop() {
 }
 
 // balance takes free lanes up to the member's fair share and gives up
-// one above it: with n live members and N lanes, a member holds at most
-// ceil(N/n); while another member holds fewer than floor(N/n), members at
-// floor(N/n) or more take no free lane, and when none is free, the most
-// loaded member (the lowest ID among equals) gives one up. It reports
-// whether it gave one up above ceil(N/n), so the caller goes on at once.
+// one above it, by count (driver.Balance). It reports whether it gave one
+// up above the share, so the caller goes on at once.
 func (p *partitioned) balance() (again bool) {
 	s := p.s
 	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
@@ -53,68 +49,25 @@ func (p *partitioned) balance() (again bool) {
 		}
 		return false
 	}
+	mine := make([]bool, s.parts)
 	s.mu.Lock()
-	mine := map[int]bool{}
 	for _, l := range s.lanes {
 		if !l.lost {
 			mine[l.part] = true
 		}
 	}
 	s.mu.Unlock()
-	counts := map[string]int{s.consumer: 0}
-	for _, m := range members {
-		counts[m] = 0
+	for i, v := range owners {
+		owners[i] = ownerOf(v)
 	}
-	var free, held []int
-	for part, v := range owners {
-		owner := ownerOf(v)
-		switch {
-		case mine[part]:
-			held = append(held, part)
-			counts[s.consumer]++
-		case owner == s.consumer:
-			// Given up or lost, its deletion or expiry not seen yet: not
-			// free for this member until it is.
-		case owner == "":
-			free = append(free, part)
-		default:
-			counts[owner]++
-		}
+	claim, release, again := driver.Balance(s.consumer, members, owners, mine)
+	for _, part := range claim {
+		p.claim(part)
 	}
-	n := len(counts)
-	floor, ceil := s.parts/n, (s.parts+n-1)/n
-	have := len(held)
-	needy := false // another member holds fewer than its floor
-	for id, c := range counts {
-		if id != s.consumer && c < floor {
-			needy = true
-		}
+	if release >= 0 {
+		p.release(release)
 	}
-	switch {
-	case have > ceil:
-		p.release(held[len(held)-1])
-		return true
-	case len(free) > 0:
-		limit := ceil
-		if needy {
-			limit = floor
-		}
-		rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
-		for _, part := range free[:max(0, min(len(free), limit-have))] {
-			p.claim(part)
-		}
-	case needy && have > floor:
-		giver := s.consumer
-		for id, c := range counts {
-			if c > counts[giver] || (c == counts[giver] && id < giver) {
-				giver = id
-			}
-		}
-		if giver == s.consumer {
-			p.release(held[len(held)-1])
-		}
-	}
-	return false
+	return again
 }
 
 // ownerOf is the member ID in a lease's value ("<member>/<token>").

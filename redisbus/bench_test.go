@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,12 +59,14 @@ func omnibusPublish(b *testing.B, c *omnibus.Client, topic string, n int, body [
 	}
 }
 
-func report(b *testing.B, n int, omni, raw time.Duration) {
-	o := float64(n) / omni.Seconds()
-	r := float64(n) / raw.Seconds()
+func report(b *testing.B, n int, omni, raw side) {
+	o := float64(n) / omni.wall.Seconds()
+	r := float64(n) / raw.wall.Seconds()
 	b.ReportMetric(o, "omnibus-msgs/s")
 	b.ReportMetric(r, "raw-msgs/s")
 	b.ReportMetric(o/r, "ratio")
+	b.ReportMetric(float64(omni.cpu.Microseconds())/float64(n), "omnibus-cpu-us/msg")
+	b.ReportMetric(float64(raw.cpu.Microseconds())/float64(n), "raw-cpu-us/msg")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -73,20 +76,41 @@ func report(b *testing.B, n int, omni, raw time.Duration) {
 // server's memory) weighs on both sides alike.
 const segments = 4
 
+// side is one side's totals over its segments: the time they took, and
+// the CPU time the process spent meanwhile (the client's work, not the
+// server's: a measure the machine's other load does not change much).
+type side struct {
+	wall, cpu time.Duration
+}
+
 // alternate runs omni and raw on segments parts of n each, alternating,
-// and returns each side's total time and the count of messages per side.
-func alternate(n int, omni, raw func(seg, n int) time.Duration) (o, r time.Duration, total int) {
+// and returns each side's totals and the count of messages per side.
+func alternate(n int, omni, raw func(seg, n int) time.Duration) (o, r side, total int) {
 	part := max(1, n/segments)
+	run := func(s *side, fn func(seg, n int) time.Duration, seg int) {
+		before := cpuTime()
+		s.wall += fn(seg, part)
+		s.cpu += cpuTime() - before
+	}
 	for seg := range segments {
 		if seg%2 == 0 {
-			o += omni(seg, part)
-			r += raw(seg, part)
+			run(&o, omni, seg)
+			run(&r, raw, seg)
 		} else {
-			r += raw(seg, part)
-			o += omni(seg, part)
+			run(&r, raw, seg)
+			run(&o, omni, seg)
 		}
 	}
 	return o, r, part * segments
+}
+
+// cpuTime is the CPU time (user and system) the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkPublish publishes b.N messages on each side, alternating.

@@ -154,6 +154,10 @@
 // running when its member froze finishes, possibly while the next owner
 // handles the same message again.
 //
+// A member balances the partitions the topic had when it joined: after
+// CreateTopic grows a topic, the new partitions are read once members
+// join (or rejoin) the group.
+//
 // A partitioned member that loses a read's reply (the connection broke
 // after the server read for it) takes over, before reading on, the
 // entries pending for it after the last entry it got: the lost read's,
@@ -218,12 +222,13 @@
 // read's entries, by bytes.
 // Reads run on a connection of the member's own, so a blocking read
 // (XREADGROUP BLOCK, XREAD BLOCK, at most 2 seconds) never holds a pooled
-// connection; a new lane ends one with CLIENT UNBLOCK, and Close by
-// closing the connection.
+// connection; a new lane and Close end one with CLIENT UNBLOCK (Close
+// then closes the connection).
 //
 // The client does not retry commands (go-redis MaxRetries -1): a
 // connection that breaks fails the command, the engine retries the read
-// or the acknowledgement with its backoff, and the pool dials again. A
+// with its backoff, an acknowledgement that failed goes with the next
+// one (or the keeper's, or the refresher's), and the pool dials again. A
 // server restart loses nothing the server kept (see Durability): groups,
 // pending entries and positions are in the dataset.
 //

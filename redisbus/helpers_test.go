@@ -21,6 +21,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/testenv"
+	"github.com/omnibus-go/omnibus/redisbus"
 	"github.com/omnibus-go/omnibus/transporttest"
 )
 
@@ -73,13 +74,9 @@ func open(t testing.TB, rawURL string) *omnibus.Client {
 // raw returns a go-redis client on the server of rawURL.
 func raw(t testing.TB, rawURL string) *redis.Client {
 	t.Helper()
-	u, err := url.Parse(rawURL)
+	o, err := redisbus.ClientOptions(rawURL)
 	if err != nil {
 		t.Fatal(err)
-	}
-	o := &redis.Options{Addr: u.Host, Protocol: 2, DisableIdentity: true}
-	if pw, ok := u.User.Password(); ok {
-		o.Password = pw
 	}
 	rdb := redis.NewClient(o)
 	t.Cleanup(func() { _ = rdb.Close() })

@@ -7,7 +7,6 @@ package redisbus
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/omnibus-go/omnibus/driver"
 )
@@ -16,15 +15,7 @@ import (
 // lane the member holds. A failed read, or a lag Redis cannot tell
 // (entries deleted from the middle of the stream), is Known false.
 func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
-	s.mu.Lock()
-	var lanes []*lane
-	for _, l := range s.lanes {
-		if !l.off.Load() {
-			lanes = append(lanes, l)
-		}
-	}
-	s.mu.Unlock()
-	slices.SortFunc(lanes, func(a, b *lane) int { return a.part - b.part })
+	lanes := s.activeLanes()
 	lags := make([]driver.LaneLag, len(lanes))
 	for i, l := range lanes {
 		lags[i] = driver.LaneLag{Lane: l.id}

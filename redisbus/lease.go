@@ -1,11 +1,11 @@
 package redisbus
 
-// Leases: the refresher goroutine renews the member's leases every
-// lease_ttl/4 (each only while it still holds the member's token); the
-// watchdog goroutine gives a lease up at its local deadline and reports
-// the lane lost at once (Lanes.Lost), never behind another lane's drain.
-// sub.mu guards the lanes' lease fields; Lanes.Lost is called with no
-// lock held.
+// Leases: the refresher goroutine renews the member's heartbeat and its
+// leases every lease_ttl/4 (each lease only while it still holds the
+// member's token); the watchdog goroutine gives a lease up at its local
+// deadline and reports the lane lost at once (Lanes.Lost), never behind
+// another lane's drain. sub.mu guards the lanes' lease fields;
+// Lanes.Lost is called with no lock held.
 
 import (
 	"context"
@@ -57,6 +57,11 @@ func (p *partitioned) refreshLoop() {
 // refresh renews every lease the member holds, in one script call.
 func (p *partitioned) refresh() {
 	s := p.s
+	// The balancer renews the heartbeat too, but its interval may be
+	// longer than the lease's life.
+	hctx, hcancel := context.WithTimeout(p.ctx, p.ttl/4)
+	_ = s.heartbeat(hctx, p.ttl)
+	hcancel()
 	s.mu.Lock()
 	var lanes []*lane
 	for _, l := range s.lanes {

@@ -43,6 +43,7 @@ func (s *sub) claimEvery() time.Duration {
 
 func (s *sub) readLoop() {
 	defer s.wg.Done()
+	defer close(s.readerDone)
 	var lastClaim time.Time
 	cursor := "0-0"
 	for {
@@ -130,6 +131,20 @@ func (s *sub) hold(ds []*driver.Delivery) {
 		s.held[d.Position] = struct{}{}
 	}
 	s.mu.Unlock()
+}
+
+// activeLanes are the lanes the member delivers from, by partition.
+func (s *sub) activeLanes() []*lane {
+	s.mu.Lock()
+	var lanes []*lane
+	for _, l := range s.lanes {
+		if !l.off.Load() {
+			lanes = append(lanes, l)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(lanes, func(a, b *lane) int { return a.part - b.part })
+	return lanes
 }
 
 func (s *sub) lane(id string) *lane {
@@ -222,14 +237,7 @@ func entry(l *lane, e any, attempt int) *driver.Delivery {
 // lease; when nothing came, it waits for new entries with XREAD BLOCK.
 // A lane whose lease is no longer the member's is reported lost.
 func (s *sub) readPartitions(n int) ([]*driver.Delivery, error) {
-	s.mu.Lock()
-	var lanes []*lane
-	for _, l := range s.lanes {
-		if !l.off.Load() {
-			lanes = append(lanes, l)
-		}
-	}
-	s.mu.Unlock()
+	lanes := s.activeLanes()
 	if len(lanes) == 0 {
 		select {
 		case <-s.kick:
@@ -237,7 +245,6 @@ func (s *sub) readPartitions(n int) ([]*driver.Delivery, error) {
 		}
 		return nil, nil
 	}
-	slices.SortFunc(lanes, func(a, b *lane) int { return a.part - b.part })
 	for _, l := range lanes {
 		if l.cursor == "" {
 			continue

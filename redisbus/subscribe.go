@@ -36,13 +36,12 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 	if err != nil {
 		return nil, err
 	}
+	s := newSub(c, topic, parts, opts)
 	fail := func(err error) (driver.Subscriber, error) {
+		s.cancel()
+		_ = s.rd.Close()
 		return nil, fmt.Errorf("redisbus: subscribe %q group %q: %w", topic, opts.Group, err)
 	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = 256
-	}
-	s := newSub(c, topic, parts, opts)
 	start := "$"
 	if opts.StartAt == driver.StartEarliest {
 		start = "0"
@@ -108,10 +107,11 @@ type sub struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 
-	want    chan int        // Receive asks the reader for a read of so many entries
-	results chan readResult // the reader's answer
-	wake    chan struct{}   // a lane is going: a Receive in progress returns
-	kick    chan struct{}   // the lanes changed: the reader looks again
+	want       chan int        // Receive asks the reader for a read of so many entries
+	results    chan readResult // the reader's answer
+	wake       chan struct{}   // a lane is going: a Receive in progress returns
+	kick       chan struct{}   // the lanes changed: the reader looks again
+	readerDone chan struct{}   // closed when the reader ends
 
 	// Receive's own: calls never overlap.
 	asked bool
@@ -157,12 +157,13 @@ func newSub(c *conn, topic string, parts int, opts driver.SubscribeOptions) *sub
 		c: c, topic: topic, parts: parts, group: opts.Group, opts: opts,
 		consumer: c.cfg.name + "-" + omnibus.NewID(),
 		ctx:      ctx, cancel: cancel,
-		want:    make(chan int, 1),
-		results: make(chan readResult, 1),
-		wake:    make(chan struct{}, 1),
-		kick:    make(chan struct{}, 1),
-		lanes:   map[string]*lane{},
-		held:    map[string]struct{}{},
+		want:       make(chan int, 1),
+		results:    make(chan readResult, 1),
+		wake:       make(chan struct{}, 1),
+		kick:       make(chan struct{}, 1),
+		readerDone: make(chan struct{}),
+		lanes:      map[string]*lane{},
+		held:       map[string]struct{}{},
 	}
 	o := c.cfg.options()
 	o.PoolSize, o.MinIdleConns = 1, 0
@@ -202,10 +203,9 @@ func (s *sub) unblock() {
 	}
 }
 
-// abort undoes a Subscribe that failed after addSub.
+// abort undoes the registration of a Subscribe that failed after
+// addSub.
 func (s *sub) abort() {
-	s.cancel()
-	_ = s.rd.Close()
 	s.c.subs.Remove(s)
 	if s.opts.Ephemeral {
 		s.c.leaveEphemeral(s.topic, s.group)
@@ -225,7 +225,15 @@ func (s *sub) Close() error {
 		if s.part != nil {
 			s.part.stop()
 		}
-		_ = s.rd.Close() // ends a blocking read
+		// End a blocking read cleanly (closing the connection under it
+		// makes go-redis log), then close the reader's connection, which
+		// ends one begun meanwhile.
+		s.unblock()
+		select {
+		case <-s.readerDone:
+		case <-time.After(100 * time.Millisecond):
+		}
+		_ = s.rd.Close()
 		s.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

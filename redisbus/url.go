@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
 )
@@ -194,4 +196,24 @@ func parseURL(u *url.URL) (*config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// ClientOptions returns the go-redis options a redis:// URL connects
+// with (server, credentials, database, TLS, client name), for a raw
+// go-redis client on the same server: a benchmark's baseline, a test's
+// inspection. The parameters of redisbus's own behaviour are checked and
+// otherwise ignored.
+func ClientOptions(rawURL string) (*redis.Options, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redisbus: URL %q: %w: %w", omnibus.RedactURL(rawURL), err, driver.ErrInvalid)
+	}
+	q := u.Query()
+	q.Del("durability")
+	u.RawQuery = q.Encode()
+	cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return cfg.options(), nil
 }
