@@ -7,6 +7,7 @@ import (
 	_ "github.com/omnibus-go/omnibus/kafkabus"
 	_ "github.com/omnibus-go/omnibus/membus"
 	"github.com/omnibus-go/omnibus/natsbus"
+	_ "github.com/omnibus-go/omnibus/nsqbus"
 	_ "github.com/omnibus-go/omnibus/rabbitbus"
 )
 
