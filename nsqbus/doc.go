@@ -114,8 +114,9 @@
 // max_attempts are off; the engine counts attempts and dead-letters).
 // Delivery.Attempt is the message's attempt count, which nsqd raises on
 // every delivery, timeouts and REQ included. Every message a member
-// holds (buffered, or in the engine) is touched (TOUCH) every third of
-// msg_timeout, so a slow handler keeps its message; nsqd stops
+// holds (buffered, or in the engine) is touched (TOUCH) once it has been
+// held a quarter of msg_timeout since it arrived or was last touched, so
+// a slow handler keeps its message; nsqd stops
 // extending at its --max-msg-timeout (15 minutes by default) after the
 // delivery, and the message is then delivered again. A member that dies
 // without closing leaves its messages in flight until msg_timeout, then
