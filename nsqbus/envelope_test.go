@@ -90,7 +90,8 @@ func TestBatches(t *testing.T) {
 		msgs = append(msgs, &driver.Message{ID: "m" + string(rune('a'+i)), Body: bytes.Repeat([]byte{byte(i)}, size)})
 	}
 	errs := make([]error, len(msgs))
-	batches := c.encodeBatches("t", msgs, errs)
+	var batches []*batch
+	c.encodeBatches("t", msgs, errs, func(b *batch) { batches = append(batches, b) })
 	seen := 0
 	for _, b := range batches {
 		if len(b.body) > c.limits.maxBody {

@@ -97,8 +97,9 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 		return fmt.Errorf("nsqbus: publish: %w", err)
 	}
 	errs := make([]error, len(msgs))
-	batches := c.encodeBatches(topic, msgs, errs)
-	c.pub.sendAll(ctx, name, batches, errs, opts.Durability == driver.DurabilityNone)
+	out := &sending{p: c.pub, topic: name, errs: errs, async: opts.Durability == driver.DurabilityNone}
+	c.encodeBatches(topic, msgs, errs, func(b *batch) { out.send(ctx, b) })
+	out.wait(ctx)
 	return batchError(topic, msgs, errs)
 }
 
@@ -128,18 +129,30 @@ func (b *batch) command(topic string) *nsq.Command {
 	return &nsq.Command{Name: []byte("MPUB"), Params: [][]byte{[]byte(topic)}, Body: b.body}
 }
 
-// encodeBatches encodes msgs into batches within nsqd's body size, and
-// records in errs the messages over its message size, which are not
+// chunkBytes is the size at which a batch is sent while the next is
+// encoded: nsqd stores one while the client encodes the next, where one
+// MPUB of everything would make them take turns.
+const chunkBytes = 32 << 10
+
+// encodeBatches encodes msgs into batches of about chunkBytes, within
+// nsqd's body size, and hands each to emit as soon as it is complete. It
+// records in errs the messages over nsqd's message size, which are not
 // sent.
-func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error) []*batch {
-	size := 4
-	for _, m := range msgs {
-		size += 4 + len(m.Body)/3*4 + 4 + m.Size() - len(m.Body) + 160 + 8*len(m.Headers)
+func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error, emit func(*batch)) {
+	chunk := min(chunkBytes, c.limits.maxBody)
+	est := func(m *driver.Message) int {
+		return 4 + len(m.Body)/3*4 + 4 + m.Size() - len(m.Body) + 160 + 8*len(m.Headers)
 	}
-	newBatch := func(size int) *batch { return &batch{body: make([]byte, 4, min(size, c.limits.maxBody+4))} }
-	var batches []*batch
-	cur := newBatch(size)
+	left := 4
+	for _, m := range msgs {
+		left += est(m)
+	}
+	// A batch's buffer takes what is left to encode, up to a chunk and
+	// a message more: a message longer than that grows it.
+	newBatch := func() *batch { return &batch{body: make([]byte, 4, min(left, chunk+2<<10))} }
+	cur := newBatch()
 	for i, m := range msgs {
+		left -= est(m)
 		start := len(cur.body)
 		cur.body = append(cur.body, 0, 0, 0, 0)
 		cur.body = encode(cur.body, m)
@@ -151,20 +164,24 @@ func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error)
 			continue
 		}
 		if len(cur.idx) > 0 && len(cur.body) > c.limits.maxBody {
-			next := newBatch(size - start)
+			// Over the body size with this message: it starts the next.
+			next := newBatch()
 			next.body = append(next.body, cur.body[start:]...)
 			cur.body = cur.body[:start]
-			batches = append(batches, cur)
+			emit(cur)
 			cur, start = next, 4
 		}
 		binary.BigEndian.PutUint32(cur.body[start:], uint32(n))
 		cur.idx = append(cur.idx, i)
 		cur.offs = append(cur.offs, start+4)
+		if len(cur.body) >= chunk && i < len(msgs)-1 {
+			emit(cur)
+			cur = newBatch()
+		}
 	}
 	if len(cur.idx) > 0 {
-		batches = append(batches, cur)
+		emit(cur)
 	}
-	return batches
 }
 
 // batchError is the result of a Publish: nil when every message landed,
@@ -192,30 +209,39 @@ func batchError(topic string, msgs []*driver.Message, errs []error) error {
 	return &driver.MessageErrors{Errs: errs}
 }
 
-// sendAll sends each batch and records each message's outcome in errs.
-// The commands go out one after the other without waiting, and are
-// waited for together; a batch whose nsqd cannot be reached goes to the
-// next nsqd (nothing was sent). With async set (durability none) nothing
-// is waited for.
-func (p *publisher) sendAll(ctx context.Context, topic string, batches []*batch, errs []error, async bool) {
-	type pending struct {
-		b    *batch
-		done <-chan error
-	}
-	var waits []pending
-	for _, b := range batches {
-		done, err := p.send(ctx, b.command(topic))
-		if err != nil {
-			for _, i := range b.idx {
-				errs[i] = err
-			}
-			continue
+// sending is one Publish's batches on their way: each is sent as soon
+// as it is encoded (send), and the answers are waited for together
+// (wait); a batch whose nsqd cannot be reached goes to the next nsqd
+// (nothing was sent). With async set (durability none) nothing is
+// waited for. It records each message's outcome in errs.
+type sending struct {
+	p     *publisher
+	topic string
+	errs  []error
+	async bool
+	waits []pending
+}
+
+type pending struct {
+	b    *batch
+	done <-chan error
+}
+
+func (s *sending) send(ctx context.Context, b *batch) {
+	done, err := s.p.send(ctx, b.command(s.topic))
+	if err != nil {
+		for _, i := range b.idx {
+			s.errs[i] = err
 		}
-		if !async {
-			waits = append(waits, pending{b, done})
-		}
+		return
 	}
-	for _, w := range waits {
+	if !s.async {
+		s.waits = append(s.waits, pending{b, done})
+	}
+}
+
+func (s *sending) wait(ctx context.Context) {
+	for _, w := range s.waits {
 		var err error
 		select {
 		case err = <-w.done:
@@ -230,13 +256,13 @@ func (p *publisher) sendAll(ctx context.Context, topic string, batches []*batch,
 			// enforces is below the one known here): nothing of it was
 			// stored, so send each message alone to learn which.
 			for j, i := range w.b.idx {
-				errs[i] = p.sendOne(ctx, nsq.Publish(topic, w.b.msg(j)))
+				s.errs[i] = s.p.sendOne(ctx, nsq.Publish(s.topic, w.b.msg(j)))
 			}
 			continue
 		}
-		err = p.c.publishError(err)
+		err = s.p.c.publishError(err)
 		for _, i := range w.b.idx {
-			errs[i] = err
+			s.errs[i] = err
 		}
 	}
 }
