@@ -63,64 +63,51 @@ func TestCloudEventsSDK(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *omnibus.Message, 1)
-		k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
-			select {
-			case got <- clone(m):
-			default:
-			}
-			return nil
-		}, omnibus.Group("omnibus"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		run(t, k)
-		p, err := nsq.NewProducer(n.TCPAddr(), nsq.NewConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Stop()
-		if err := p.Publish(topic, body); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case m := <-got:
-			cetest.CheckDelivered(t, m, want)
-		case <-ctx.Done():
-			t.Fatal("omnibus received nothing")
-		}
+		cetest.CheckDelivered(t, rawToOmnibus(ctx, t, c, n.TCPAddr(), topic, body), want)
 	})
 
 	t.Run("omnibus reads plain NSQ", func(t *testing.T) {
 		topic := fmt.Sprintf("ce-plain-%x", rand.Uint32())
 		t.Cleanup(func() { deleteTopic(t, topic) })
-		got := make(chan *omnibus.Message, 1)
-		k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
-			got <- clone(m)
-			return nil
-		}, omnibus.Group("omnibus"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		run(t, k)
-		p, err := nsq.NewProducer(n.TCPAddr(), nsq.NewConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Stop()
 		before := time.Now()
-		if err := p.Publish(topic, []byte(`{"not":"a CloudEvent"}`)); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case m := <-got:
-			if string(m.Body) != `{"not":"a CloudEvent"}` || len(m.ID) != 16 || m.Position != m.ID || m.Time.Before(before.Add(-time.Second)) {
-				t.Errorf("delivered %+v; want the body as it is, NSQ's message ID and timestamp", m)
-			}
-		case <-ctx.Done():
-			t.Fatal("omnibus received nothing")
+		m := rawToOmnibus(ctx, t, c, n.TCPAddr(), topic, []byte(`{"not":"a CloudEvent"}`))
+		if string(m.Body) != `{"not":"a CloudEvent"}` || len(m.ID) != 16 || m.Position != m.ID || m.Time.Before(before.Add(-time.Second)) {
+			t.Errorf("delivered %+v; want the body as it is, NSQ's message ID and timestamp", m)
 		}
 	})
+}
+
+// rawToOmnibus subscribes c to topic, publishes body with go-nsq to the
+// nsqd at addr, and returns the message omnibus delivered.
+func rawToOmnibus(ctx context.Context, t *testing.T, c *omnibus.Client, addr, topic string, body []byte) *omnibus.Message {
+	t.Helper()
+	got := make(chan *omnibus.Message, 1)
+	k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
+		select {
+		case got <- clone(m):
+		default:
+		}
+		return nil
+	}, omnibus.Group("omnibus"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, k)
+	p, err := nsq.NewProducer(addr, nsq.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	if err := p.Publish(topic, body); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		return m
+	case <-ctx.Done():
+		t.Fatal("omnibus received nothing")
+		return nil
+	}
 }
 
 // rawReceive reads one message of topic's channel with go-nsq and
