@@ -14,7 +14,8 @@
 # Nothing it cannot do stops it outside CI: the tests that need what is
 # missing say so and are skipped (in CI, with CI set, they fail).
 # Kafka itself runs in-process (kfake); the embedded NATS server needs
-# nothing installed.
+# nothing installed, nor do nsqd and nsqlookupd, which the NSQ tests run
+# from the nsq module's packages (internal/nsqtest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
