@@ -22,7 +22,9 @@
 // goes in turn to the nsqds registered with it (/nodes). The secret, for
 // nsqd's --auth-http-address, is the user info (nsq://SECRET@host, or
 // nsq://:SECRET@host); errors and logs never show it. Unknown parameters
-// are an error, and so is a URL without a host.
+// are an error, and so is a URL without a host. In a list of hosts give
+// each its port: Go's URL parser refuses "a:4150,b" (it reads the port
+// after the last colon), and IPv6 addresses only alone ("[::1]:4150").
 //
 //	parameter          default        meaning
 //	durability         all            none | leader | all, read by package omnibus (below)
