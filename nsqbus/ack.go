@@ -50,20 +50,22 @@ func (s *sub) Nack(ctx context.Context, ds []*driver.Delivery, delay time.Durati
 	return nil
 }
 
-// touchEvery is how often the keeper looks at what the member holds: a
-// third of msg_timeout, so that a TOUCH reaches nsqd well before the
-// message times out.
-func (s *sub) touchEvery() time.Duration { return s.c.cfg.msgTO / 3 }
+// touchAfter is how long a message is held before the keeper touches
+// it, and touchTick how often the keeper looks: a touch reaches nsqd at
+// most half of msg_timeout after the message arrived or was last
+// touched, leaving the other half for a slow scheduler and the network.
+func (s *sub) touchAfter() time.Duration { return s.c.cfg.msgTO / 4 }
+func (s *sub) touchTick() time.Duration  { return s.c.cfg.msgTO / 6 }
 
-// keep sends TOUCH for every message held longer than touchEvery since
+// keep sends TOUCH for every message held longer than touchAfter since
 // it was received or last touched, until Close. nsqd extends a touched
 // message's timeout by msg_timeout, up to --max-msg-timeout (15 minutes
 // by default) after its delivery; a handler slower than that sees its
 // message delivered again.
 func (s *sub) keep() {
 	defer s.wg.Done()
-	every := s.touchEvery()
-	t := time.NewTicker(every)
+	after := s.touchAfter()
+	t := time.NewTicker(s.touchTick())
 	defer t.Stop()
 	var due []*nsq.Message
 	for {
@@ -74,7 +76,7 @@ func (s *sub) keep() {
 			due = due[:0]
 			s.mu.Lock()
 			for m, at := range s.held {
-				if now.Sub(at) >= every {
+				if now.Sub(at) >= after {
 					s.held[m] = now
 					due = append(due, m)
 				}

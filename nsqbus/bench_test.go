@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"runtime/debug"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,12 +42,46 @@ func benchServer(b *testing.B) *nsqtest.NSQD {
 	return nsqtest.StartNSQD(b, nsqtest.Config{MemQueueSize: 1 << 20})
 }
 
-func report(b *testing.B, n int, omni, raw time.Duration) {
-	o := float64(n) / omni.Seconds()
-	r := float64(n) / raw.Seconds()
+// cost is what one side's run took: wall-clock time, and the processor
+// time of this process and of nsqd together. Client and server share
+// the machine's cores with whatever else runs, so the processor time
+// per message is the steadier measure of what each side costs; the
+// benchmark reports both.
+type cost struct {
+	wall, cpu, server time.Duration // server: nsqd's share of cpu
+}
+
+func (c cost) add(o cost) cost { return cost{c.wall + o.wall, c.cpu + o.cpu, c.server + o.server} }
+
+// measure runs fn, which returns the wall-clock time of its measured
+// part, and adds the processor time this process and n used meanwhile.
+func measure(n *nsqtest.NSQD, fn func() time.Duration) cost {
+	debug.FreeOSMemory()
+	self, server := selfCPU(), n.CPU()
+	wall := fn()
+	server = n.CPU() - server
+	return cost{wall: wall, cpu: selfCPU() - self + server, server: server}
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func report(b *testing.B, n int, omni, raw cost) {
+	o := float64(n) / omni.wall.Seconds()
+	r := float64(n) / raw.wall.Seconds()
 	b.ReportMetric(o, "omnibus-msgs/s")
 	b.ReportMetric(r, "raw-msgs/s")
 	b.ReportMetric(o/r, "ratio")
+	oc := float64(omni.cpu.Microseconds()) / float64(n)
+	rc := float64(raw.cpu.Microseconds()) / float64(n)
+	b.ReportMetric(oc, "omnibus-cpu-us/msg")
+	b.ReportMetric(rc, "raw-cpu-us/msg")
+	b.ReportMetric(rc/oc, "cpu-ratio")
+	b.ReportMetric(float64(omni.server.Microseconds())/float64(n), "omnibus-nsqd-cpu-us/msg")
+	b.ReportMetric(float64(raw.server.Microseconds())/float64(n), "raw-nsqd-cpu-us/msg")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -116,18 +151,19 @@ func BenchmarkPublish(b *testing.B) {
 			omnibusPublish(b, c, topic, benchBatch, body) // warm up
 			rawPublish(b, p, topic+"-raw", benchBatch, body)
 			half := max(1, b.N/2)
-			timed := func(publish func()) time.Duration {
-				debug.FreeOSMemory()
-				start := time.Now()
-				publish()
-				return time.Since(start)
+			timed := func(publish func()) func() time.Duration {
+				return func() time.Duration {
+					start := time.Now()
+					publish()
+					return time.Since(start)
+				}
 			}
-			omniRun := func() { omnibusPublish(b, c, topic, half, body) }
-			rawRun := func() { rawPublish(b, p, topic+"-raw", half, body) }
+			omniRun := timed(func() { omnibusPublish(b, c, topic, half, body) })
+			rawRun := timed(func() { rawPublish(b, p, topic+"-raw", half, body) })
 			b.ResetTimer()
-			omni := timed(omniRun)
-			raw := timed(rawRun) + timed(rawRun)
-			omni += timed(omniRun)
+			omni := measure(n, omniRun)
+			raw := measure(n, rawRun).add(measure(n, rawRun))
+			omni = omni.add(measure(n, omniRun))
 			b.StopTimer()
 			report(b, 2*half, omni, raw)
 		})
@@ -157,10 +193,10 @@ func BenchmarkConsume(b *testing.B) {
 				rawPublish(b, p, topic+t, half, body)
 			}
 			b.ResetTimer()
-			omni := consumeOmnibus(b, c, topic+"-1", half)
-			raw := consumeRaw(b, n.TCPAddr(), topic+"-raw1", half)
-			raw += consumeRaw(b, n.TCPAddr(), topic+"-raw2", half)
-			omni += consumeOmnibus(b, c, topic+"-2", half)
+			omni := measure(n, func() time.Duration { return consumeOmnibus(b, c, topic+"-1", half) })
+			raw := measure(n, func() time.Duration { return consumeRaw(b, n.TCPAddr(), topic+"-raw1", half) })
+			raw = raw.add(measure(n, func() time.Duration { return consumeRaw(b, n.TCPAddr(), topic+"-raw2", half) }))
+			omni = omni.add(measure(n, func() time.Duration { return consumeOmnibus(b, c, topic+"-2", half) }))
 			b.StopTimer()
 			report(b, 2*half, omni, raw)
 		})
@@ -172,7 +208,6 @@ func BenchmarkConsume(b *testing.B) {
 func consumeOmnibus(b *testing.B, c *omnibus.Client, topic string, n int) time.Duration {
 	b.Helper()
 	ctx := context.Background()
-	debug.FreeOSMemory()
 	start := time.Now()
 	var got atomic.Int64
 	done := make(chan struct{})
@@ -198,7 +233,6 @@ func consumeOmnibus(b *testing.B, c *omnibus.Client, topic string, n int) time.D
 // a handler: the message ID and the attempt count.
 func consumeRaw(b *testing.B, addr, topic string, n int) time.Duration {
 	b.Helper()
-	debug.FreeOSMemory()
 	start := time.Now()
 	cfg := nsq.NewConfig()
 	cfg.MaxInFlight = benchWindow

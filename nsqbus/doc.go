@@ -22,7 +22,9 @@
 // goes in turn to the nsqds registered with it (/nodes). The secret, for
 // nsqd's --auth-http-address, is the user info (nsq://SECRET@host, or
 // nsq://:SECRET@host); errors and logs never show it. Unknown parameters
-// are an error, and so is a URL without a host.
+// are an error, and so is a URL without a host. In a list of hosts give
+// each its port: Go's URL parser refuses "a:4150,b" (it reads the port
+// after the last colon), and IPv6 addresses only alone ("[::1]:4150").
 //
 //	parameter          default        meaning
 //	durability         all            none | leader | all, read by package omnibus (below)
@@ -86,9 +88,12 @@
 //
 // # Delivery semantics
 //
-// Publishing: PUB for one message, MPUB for more, within nsqd's
-// --max-body-size; a batch's commands are pipelined on one connection
-// per nsqd and waited for together. nsqd answers once the message is in
+// Publishing: PUB for one message, MPUB for more. A batch goes out in
+// commands of about 32 KiB (within nsqd's --max-body-size), each sent as
+// soon as it is encoded, so nsqd stores one while the next is encoded;
+// they are pipelined on one connection per nsqd and waited for
+// together. A Publish is therefore not atomic: some of its messages can
+// land and others fail (a *driver.MessageErrors). nsqd answers once the message is in
 // the topic's memory queue or on disk: there are no replicas, so leader
 // and all are the same. With durability none Publish does not wait for
 // the answer (at most once). A message over max-msg-size once encoded
@@ -114,8 +119,9 @@
 // max_attempts are off; the engine counts attempts and dead-letters).
 // Delivery.Attempt is the message's attempt count, which nsqd raises on
 // every delivery, timeouts and REQ included. Every message a member
-// holds (buffered, or in the engine) is touched (TOUCH) every third of
-// msg_timeout, so a slow handler keeps its message; nsqd stops
+// holds (buffered, or in the engine) is touched (TOUCH) once it has been
+// held a quarter of msg_timeout since it arrived or was last touched, so
+// a slow handler keeps its message; nsqd stops
 // extending at its --max-msg-timeout (15 minutes by default) after the
 // delivery, and the message is then delivered again. A member that dies
 // without closing leaves its messages in flight until msg_timeout, then

@@ -2,6 +2,8 @@ package nsqbus
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"maps"
 	"testing"
 	"time"
@@ -71,5 +73,46 @@ func TestDecodeForeign(t *testing.T) {
 	m = driver.Message{}
 	if !decode([]byte(`{"specversion":"1.0","id":"j","data":{"a":1}}`), &m) || string(m.Body) != `{"a":1}` || m.ContentType != "application/json" {
 		t.Errorf("JSON data without datacontenttype: got %+v, want the object as body, application/json", m)
+	}
+}
+
+// TestBatches: a Publish's messages go in MPUB bodies within nsqd's body
+// size, each message framed by its size and decoding to itself; those
+// over the message size are left out, with ErrTooLarge.
+func TestBatches(t *testing.T) {
+	c := &conn{limits: limits{maxMsg: 600, maxBody: 2000}}
+	var msgs []*driver.Message
+	for i := range 12 {
+		size := 300
+		if i == 5 {
+			size = 1000 // over maxMsg once encoded
+		}
+		msgs = append(msgs, &driver.Message{ID: "m" + string(rune('a'+i)), Body: bytes.Repeat([]byte{byte(i)}, size)})
+	}
+	errs := make([]error, len(msgs))
+	var batches []*batch
+	c.encodeBatches("t", msgs, errs, func(b *batch) { batches = append(batches, b) })
+	seen := 0
+	for _, b := range batches {
+		if len(b.body) > c.limits.maxBody {
+			t.Errorf("an MPUB body of %d bytes, over %d", len(b.body), c.limits.maxBody)
+		}
+		b.command("t") // writes the count
+		if n := int(binary.BigEndian.Uint32(b.body)); n != len(b.idx) {
+			t.Errorf("count %d, want %d", n, len(b.idx))
+		}
+		for j, i := range b.idx {
+			if size := int(binary.BigEndian.Uint32(b.body[b.offs[j]-4:])); size != len(b.msg(j)) {
+				t.Errorf("message %d framed as %d bytes, is %d", i, size, len(b.msg(j)))
+			}
+			var got driver.Message
+			if !decode(b.msg(j), &got) || got.ID != msgs[i].ID || !bytes.Equal(got.Body, msgs[i].Body) {
+				t.Errorf("message %d decodes to %+v", i, got)
+			}
+			seen++
+		}
+	}
+	if seen != 11 || !errors.Is(errs[5], driver.ErrTooLarge) || len(batches) < 3 {
+		t.Errorf("%d messages in %d batches, error of the large one %v; want 11, several batches, ErrTooLarge", seen, len(batches), errs[5])
 	}
 }

@@ -41,17 +41,18 @@ type nsqLogger struct {
 func (c *conn) nsqLogger() nsqLogger { return nsqLogger{log: c.log, raw: c.raw} }
 
 // Output implements go-nsq's logger. Lines start with the level (INF,
-// WRN, ERR) and the producer or consumer's number.
+// WRN, ERR) and the producer or consumer's number. go-nsq's errors are
+// warnings here (a lost connection, which it dials again), and its
+// warnings information: it warns on every close of a consumer that
+// holds messages ("delaying close"), which omnibus hands back itself.
 func (l nsqLogger) Output(_ int, s string) error {
 	s = omnibus.Redact(strings.TrimSpace(s), l.raw)
 	level, rest, _ := strings.Cut(s, " ")
-	switch level {
-	case "ERR":
-		l.log.Error("go-nsq: " + strings.TrimSpace(rest))
-	case "WRN":
-		l.log.Warn("go-nsq: " + strings.TrimSpace(rest))
-	default:
-		l.log.Info("go-nsq: " + strings.TrimSpace(rest))
+	msg := "go-nsq: " + strings.TrimSpace(rest)
+	if level == "ERR" {
+		l.log.Warn(msg)
+	} else {
+		l.log.Info(msg)
 	}
 	return nil
 }

@@ -42,9 +42,8 @@ type producer struct {
 
 // command is a PUB or MPUB waiting for its answer.
 type command struct {
-	cmd   *nsq.Command
-	done  chan error // the answer; buffered
-	tries int
+	cmd  *nsq.Command
+	done chan error // the answer; buffered
 }
 
 func newProducer(c *conn, addr string) *producer {
@@ -85,7 +84,6 @@ func (p *producer) write(c *command) error {
 			return err
 		}
 	}
-	c.tries++
 	p.pending = append(p.pending, c)
 	// A failed write closes the connection (go-nsq calls OnIOError);
 	// the command is answered with the others from OnClose.
@@ -130,7 +128,8 @@ func (p *producer) OnIOError(nc *nsq.Conn, _ error) { _ = nc.Close() }
 
 // OnClose implements nsq.ConnDelegate. The commands still pending get
 // errLost, except those after a refusal: nsqd did not run them, so they
-// go again on a new connection (once).
+// go again on a new connection. (Each round of sending again follows a
+// refusal, whose command got its answer, so the rounds end.)
 func (p *producer) OnClose(nc *nsq.Conn) {
 	p.mu.Lock()
 	if p.nc != nc {
@@ -141,7 +140,7 @@ func (p *producer) OnClose(nc *nsq.Conn) {
 	p.nc, p.pending = nil, nil
 	p.mu.Unlock()
 	for _, c := range pending {
-		if !refused || c.tries > 1 {
+		if !refused {
 			c.done <- errLost
 			continue
 		}

@@ -8,6 +8,7 @@ package nsqbus
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -95,40 +96,92 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	if err != nil {
 		return fmt.Errorf("nsqbus: publish: %w", err)
 	}
-	// Encode the batch into one buffer; refuse what nsqd would.
-	size := 0
-	for _, m := range msgs {
-		size += len(m.Body)*4/3 + m.Size() + envelopeRoom
-	}
-	buf := make([]byte, 0, size)
-	bodies := make([][]byte, len(msgs))
 	errs := make([]error, len(msgs))
-	var send []int // indexes of the messages to send
+	out := &sending{p: c.pub, topic: name, errs: errs, async: opts.Durability == driver.DurabilityNone}
+	c.encodeBatches(topic, msgs, errs, func(b *batch) { out.send(ctx, b) })
+	out.wait(ctx)
+	return batchError(topic, msgs, errs)
+}
+
+// batch is the body of one MPUB: the count of messages, then the size
+// and bytes of each, encoded in place, so the command needs no copy.
+type batch struct {
+	body []byte
+	idx  []int // the messages' indexes in the Publish call
+	offs []int // where each message starts in body (after its size)
+}
+
+// msg returns the j-th message's bytes.
+func (b *batch) msg(j int) []byte {
+	end := len(b.body)
+	if j+1 < len(b.offs) {
+		end = b.offs[j+1] - 4
+	}
+	return b.body[b.offs[j]:end]
+}
+
+// command is the batch as a command: PUB for one message, MPUB for more.
+func (b *batch) command(topic string) *nsq.Command {
+	if len(b.idx) == 1 {
+		return nsq.Publish(topic, b.msg(0))
+	}
+	binary.BigEndian.PutUint32(b.body, uint32(len(b.idx)))
+	return &nsq.Command{Name: []byte("MPUB"), Params: [][]byte{[]byte(topic)}, Body: b.body}
+}
+
+// chunkBytes is the size at which a batch is sent while the next is
+// encoded: nsqd stores one while the client encodes the next, where one
+// MPUB of everything would make them take turns.
+const chunkBytes = 32 << 10
+
+// encodeBatches encodes msgs into batches of about chunkBytes, within
+// nsqd's body size, and hands each to emit as soon as it is complete. It
+// records in errs the messages over nsqd's message size, which are not
+// sent.
+func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error, emit func(*batch)) {
+	chunk := min(chunkBytes, c.limits.maxBody)
+	est := func(m *driver.Message) int {
+		return 4 + len(m.Body)/3*4 + 4 + m.Size() - len(m.Body) + 160 + 8*len(m.Headers)
+	}
+	left := 4
+	for _, m := range msgs {
+		left += est(m)
+	}
+	// A batch's buffer takes what is left to encode, up to a chunk and
+	// a message more: a message longer than that grows it.
+	newBatch := func() *batch { return &batch{body: make([]byte, 4, min(left, chunk+2<<10))} }
+	cur := newBatch()
 	for i, m := range msgs {
-		start := len(buf)
-		buf = encode(buf, m)
-		bodies[i] = buf[start:len(buf):len(buf)]
-		if n := len(bodies[i]); n > c.limits.maxMsg {
+		left -= est(m)
+		start := len(cur.body)
+		cur.body = append(cur.body, 0, 0, 0, 0)
+		cur.body = encode(cur.body, m)
+		n := len(cur.body) - start - 4
+		if n > c.limits.maxMsg {
+			cur.body = cur.body[:start]
 			errs[i] = fmt.Errorf("nsqbus: publish %q: message %q is %d bytes as a CloudEvent, nsqd's max-msg-size is %d: %w",
 				topic, m.ID, n, c.limits.maxMsg, driver.ErrTooLarge)
 			continue
 		}
-		send = append(send, i)
-	}
-	// MPUB commands within nsqd's body size: 4 bytes of count, and 4 of
-	// size before each message.
-	var batches [][]int
-	for len(send) > 0 {
-		n, total := 0, 4
-		for n < len(send) && (n == 0 || total+4+len(bodies[send[n]]) <= c.limits.maxBody) {
-			total += 4 + len(bodies[send[n]])
-			n++
+		if len(cur.idx) > 0 && len(cur.body) > c.limits.maxBody {
+			// Over the body size with this message: it starts the next.
+			next := newBatch()
+			next.body = append(next.body, cur.body[start:]...)
+			cur.body = cur.body[:start]
+			emit(cur)
+			cur, start = next, 4
 		}
-		batches = append(batches, send[:n])
-		send = send[n:]
+		binary.BigEndian.PutUint32(cur.body[start:], uint32(n))
+		cur.idx = append(cur.idx, i)
+		cur.offs = append(cur.offs, start+4)
+		if len(cur.body) >= chunk && i < len(msgs)-1 {
+			emit(cur)
+			cur = newBatch()
+		}
 	}
-	c.pub.sendAll(ctx, name, bodies, batches, errs, opts.Durability == driver.DurabilityNone)
-	return batchError(topic, msgs, errs)
+	if len(cur.idx) > 0 {
+		emit(cur)
+	}
 }
 
 // batchError is the result of a Publish: nil when every message landed,
@@ -156,30 +209,39 @@ func batchError(topic string, msgs []*driver.Message, errs []error) error {
 	return &driver.MessageErrors{Errs: errs}
 }
 
-// sendAll sends each batch (indexes into bodies) and records each
-// message's outcome in errs. The commands go out one after the other
-// without waiting, and are waited for together; a batch whose nsqd
-// cannot be reached goes to the next nsqd (nothing was sent). With async
-// set (durability none) nothing is waited for.
-func (p *publisher) sendAll(ctx context.Context, topic string, bodies [][]byte, batches [][]int, errs []error, async bool) {
-	type pending struct {
-		batch []int
-		done  <-chan error
-	}
-	var waits []pending
-	for _, batch := range batches {
-		done, err := p.send(ctx, topic, bodies, batch)
-		if err != nil {
-			for _, i := range batch {
-				errs[i] = err
-			}
-			continue
+// sending is one Publish's batches on their way: each is sent as soon
+// as it is encoded (send), and the answers are waited for together
+// (wait); a batch whose nsqd cannot be reached goes to the next nsqd
+// (nothing was sent). With async set (durability none) nothing is
+// waited for. It records each message's outcome in errs.
+type sending struct {
+	p     *publisher
+	topic string
+	errs  []error
+	async bool
+	waits []pending
+}
+
+type pending struct {
+	b    *batch
+	done <-chan error
+}
+
+func (s *sending) send(ctx context.Context, b *batch) {
+	done, err := s.p.send(ctx, b.command(s.topic))
+	if err != nil {
+		for _, i := range b.idx {
+			s.errs[i] = err
 		}
-		if !async {
-			waits = append(waits, pending{batch, done})
-		}
+		return
 	}
-	for _, w := range waits {
+	if !s.async {
+		s.waits = append(s.waits, pending{b, done})
+	}
+}
+
+func (s *sending) wait(ctx context.Context) {
+	for _, w := range s.waits {
 		var err error
 		select {
 		case err = <-w.done:
@@ -189,25 +251,25 @@ func (p *publisher) sendAll(ctx context.Context, topic string, bodies [][]byte, 
 		if err == nil {
 			continue
 		}
-		if tooLarge(err) && len(w.batch) > 1 {
+		if tooLarge(err) && len(w.b.idx) > 1 {
 			// nsqd refused the whole MPUB for one message (the limit it
 			// enforces is below the one known here): nothing of it was
 			// stored, so send each message alone to learn which.
-			for _, i := range w.batch {
-				errs[i] = p.sendOne(ctx, topic, bodies[i])
+			for j, i := range w.b.idx {
+				s.errs[i] = s.p.sendOne(ctx, nsq.Publish(s.topic, w.b.msg(j)))
 			}
 			continue
 		}
-		err = p.c.publishError(err)
-		for _, i := range w.batch {
-			errs[i] = err
+		err = s.p.c.publishError(err)
+		for _, i := range w.b.idx {
+			s.errs[i] = err
 		}
 	}
 }
 
-// sendOne publishes one body and waits for nsqd's answer.
-func (p *publisher) sendOne(ctx context.Context, topic string, body []byte) error {
-	done, err := p.send(ctx, topic, [][]byte{body}, []int{0})
+// sendOne sends a command and waits for nsqd's answer.
+func (p *publisher) sendOne(ctx context.Context, cmd *nsq.Command) error {
+	done, err := p.send(ctx, cmd)
 	if err != nil {
 		return err
 	}
@@ -219,24 +281,10 @@ func (p *publisher) sendOne(ctx context.Context, topic string, body []byte) erro
 	}
 }
 
-// send writes one command to a producer, PUB for one message and MPUB
-// for more, and returns the channel of its answer. It tries the nsqds in
-// turn, starting with the next in round robin, while they cannot be
-// reached (nothing was sent).
-func (p *publisher) send(ctx context.Context, topic string, bodies [][]byte, batch []int) (<-chan error, error) {
-	var cmd *nsq.Command
-	if len(batch) == 1 {
-		cmd = nsq.Publish(topic, bodies[batch[0]])
-	} else {
-		bs := make([][]byte, len(batch))
-		for j, i := range batch {
-			bs[j] = bodies[i]
-		}
-		var err error
-		if cmd, err = nsq.MultiPublish(topic, bs); err != nil {
-			return nil, err
-		}
-	}
+// send writes cmd to a producer and returns the channel of its answer.
+// It tries the nsqds in turn, starting with the next in round robin,
+// while they cannot be reached (nothing was sent).
+func (p *publisher) send(ctx context.Context, cmd *nsq.Command) (<-chan error, error) {
 	nodes, err := p.c.publishNodes(ctx, false)
 	if err != nil {
 		return nil, err

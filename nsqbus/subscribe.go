@@ -113,7 +113,7 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 	s.avg = guessBytes
 	s.window = s.windowFor(s.avg)
 	cfg := c.nsqConfig()
-	cfg.MaxInFlight = s.window
+	cfg.MaxInFlight = 0 // opened below, once connected
 	cons, err := nsq.NewConsumer(nsqTop, channel, cfg)
 	if err != nil {
 		return fail(fmt.Errorf("%v: %w", err, driver.ErrInvalid))
@@ -144,6 +144,15 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		_ = s.Close()
 		return fail(c.clientError(err))
 	}
+	// The consumer connects with a window of 0 and opens it once every
+	// nsqd is connected: go-nsq gives a connection made while the others
+	// hold the whole window RDY 0 and tries again 5 seconds later, so
+	// with several nsqds one of them would wait that long for its first
+	// message. Opened now, the window is spread over them all at once.
+	s.mu.Lock()
+	window := s.window
+	s.mu.Unlock()
+	cons.ChangeMaxInFlight(window)
 	opts.Lanes.Claimed([]string{lane})
 	s.wg.Add(1)
 	go s.keep()

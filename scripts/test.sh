@@ -17,8 +17,9 @@
 #   - installs nodejs and npm (apt-get) and kinesalite and dynalite (npm,
 #     into ~/.cache/omnibus-npm) and starts them on 127.0.0.1:4567 and 4568.
 # Kafka itself runs in-process (kfake); the embedded NATS server needs
-# nothing installed. After the tests, every fuzz target runs briefly (see
-# FUZZTIME below).
+# nothing installed, nor do nsqd and nsqlookupd, which the NSQ tests run
+# from the nsq module's packages (internal/nsqtest). After the tests,
+# every fuzz target runs briefly (see FUZZTIME below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/internal/nsqtest"
 )
 
 // asCLI, set in a child process's environment, makes the test binary
@@ -20,6 +21,7 @@ import (
 const asCLI = "OMNIBUS_TEST_AS_CLI"
 
 func TestMain(m *testing.M) {
+	nsqtest.Main() // a child process running nsqd (see nsq_test.go)
 	if os.Getenv(asCLI) != "" {
 		os.Exit(runMain(os.Args[1:]))
 	}
@@ -32,6 +34,7 @@ func TestMain(m *testing.M) {
 	}
 	os.Setenv("XDG_DATA_HOME", dir)
 	code := m.Run()
+	stopNSQ()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

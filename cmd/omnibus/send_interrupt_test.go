@@ -135,6 +135,7 @@ func onEveryTransport(partitions int) []serverTopic {
 			return u + "?partitions=" + strconv.Itoa(partitions) + "&lease_ttl=1s&rebalance_interval=100ms", topic
 		}},
 		{"rabbitmq", func(t testing.TB) (string, string) { u, topic, _ := rabbitTopic(t); return u, topic }},
+		{"nsq", nsqTopic},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	_ "github.com/omnibus-go/omnibus/kinesisbus"
 	_ "github.com/omnibus-go/omnibus/membus"
 	"github.com/omnibus-go/omnibus/natsbus"
+	_ "github.com/omnibus-go/omnibus/nsqbus"
 	_ "github.com/omnibus-go/omnibus/rabbitbus"
 	_ "github.com/omnibus-go/omnibus/redisbus"
 )

@@ -267,6 +267,32 @@ func (n *NSQD) URL(params ...string) string {
 	return u
 }
 
+// CPU is the processor time the server's process has used since it
+// started (user and system), read from /proc; 0 where there is no
+// /proc or the server is stopped.
+func (n *NSQD) CPU() time.Duration {
+	n.p.mu.Lock()
+	cmd := n.p.cmd
+	n.p.mu.Unlock()
+	if cmd == nil {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// After the command name in parentheses: state is field 3, utime
+	// and stime fields 14 and 15, in clock ticks of 1/100 s.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
 // Dir is the server's data directory.
 func (n *NSQD) Dir() string { return n.p.cfg.Dir }
 

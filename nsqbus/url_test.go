@@ -1,0 +1,70 @@
+package nsqbus
+
+import (
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestParseConfig: hosts with and without ports in both modes, the
+// secret in either place of the user info, defaults and parameters.
+func TestParseConfig(t *testing.T) {
+	for raw, want := range map[string]config{
+		"nsq://a":                       {hosts: []string{"a:4150"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
+		"nsq://a:1,b":                   {hosts: []string{"a:1", "b:4150"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
+		"nsq://[::1]:3":                 {hosts: []string{"[::1]:3"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
+		"nsq://[::1]":                   {hosts: []string{"[::1]:4150"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
+		"nsq://l1,l2:5?lookup=true":     {lookup: true, hosts: []string{"l1:4161", "l2:5"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
+		"nsq://s3cret@a?msg_timeout=2s": {hosts: []string{"a:4150"}, secret: "s3cret", msgTO: 2 * time.Second, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
+		"nsq://:s3cret@a?http_port=9&dial_timeout=1s&poll_interval=100ms&max_message_bytes=100": {
+			hosts: []string{"a:4150"}, secret: "s3cret", httpPort: 9, maxBytes: 100, msgTO: DefaultMsgTimeout, poll: 100 * time.Millisecond, dialTO: time.Second},
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := parseConfig(u)
+		if err != nil {
+			t.Errorf("parseConfig(%q): %v", raw, err)
+			continue
+		}
+		if got.lookup != want.lookup || !slices.Equal(got.hosts, want.hosts) || got.secret != want.secret || got.httpPort != want.httpPort ||
+			got.maxBytes != want.maxBytes || got.msgTO != want.msgTO || got.poll != want.poll || got.dialTO != want.dialTO {
+			t.Errorf("parseConfig(%q) = %+v, want %+v", raw, *got, want)
+		}
+	}
+	cfg := &config{}
+	if got := cfg.httpAddr("h:4150"); got != "h:4151" {
+		t.Errorf("HTTP address of h:4150 = %s, want h:4151", got)
+	}
+	cfg.httpPort = 80
+	if got := cfg.httpAddr("h:4150"); got != "h:80" {
+		t.Errorf("HTTP address of h:4150 with http_port=80 = %s, want h:80", got)
+	}
+}
+
+// TestNames: names NSQ takes stay as they are; longer ones are cut with
+// a hash, the same every time, different for different names.
+func TestNames(t *testing.T) {
+	if n, err := topicName("orders.eu_1-x"); err != nil || n != "orders.eu_1-x" {
+		t.Errorf("topicName = %q, %v", n, err)
+	}
+	long1, long2 := "x"+strings.Repeat("a", 99), "y"+strings.Repeat("a", 99)
+	a, _ := topicName(long1)
+	b, _ := topicName(long1)
+	c, _ := topicName(long2)
+	if len(a) != maxName || a != b || a == c {
+		t.Errorf("long names: %q (%d bytes), %q, %q", a, len(a), b, c)
+	}
+	ch, err := channelName(long1, true)
+	if err != nil || len(ch) != maxName || ch[len(ch)-len(ephemeralSuffix):] != ephemeralSuffix {
+		t.Errorf("ephemeral channel of a long group: %q, %v", ch, err)
+	}
+	for _, bad := range []string{"", "a b", "a/b", "a#b", "ä"} {
+		if _, err := topicName(bad); err == nil {
+			t.Errorf("topicName(%q) succeeded", bad)
+		}
+	}
+}
