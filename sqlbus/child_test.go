@@ -5,6 +5,7 @@ package sqlbus_test
 // SIGKILL, as a crash would, at any point.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -95,6 +96,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser // kept: the child stops when it closes
 	stderr *bytes.Buffer
+	ready  chan struct{} // closed when the child prints "ready"
 	done   chan struct{}
 }
 
@@ -136,7 +138,7 @@ func (cs *children) start(name string, cfg childConfig) {
 	raw, _ := json.Marshal(cfg)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SQLBUS_CHILD="+string(raw))
-	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, ready: make(chan struct{}), done: make(chan struct{})}
 	cmd.Stderr = &syncWriter{w: p.stderr}
 	if os.Getenv("SQLBUS_LOG") != "" {
 		cmd.Stderr = os.Stderr
@@ -146,16 +148,41 @@ func (cs *children) start(name string, cfg childConfig) {
 		cs.t.Fatal(err)
 	}
 	p.stdin = stdin
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		cs.t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		cs.t.Fatalf("start child %s: %v", name, err)
 	}
 	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				close(p.ready)
+			}
+		}
 		_ = cmd.Wait()
 		close(p.done)
 	}()
 	cs.mu.Lock()
 	cs.procs[name] = p
 	cs.mu.Unlock()
+}
+
+// waitReady waits until child name said it is ready, or ended.
+func (cs *children) waitReady(name string, d time.Duration) {
+	cs.t.Helper()
+	cs.mu.Lock()
+	p := cs.procs[name]
+	cs.mu.Unlock()
+	select {
+	case <-p.ready:
+	case <-p.done:
+		cs.t.Fatalf("child %s ended before it was ready:\n%s", name, tail(p.stderr.String(), 3000))
+	case <-time.After(d):
+		cs.t.Fatalf("child %s not ready after %v:\n%s", name, d, tail(p.stderr.String(), 3000))
+	}
 }
 
 // kill kills child name with SIGKILL and waits for it to end.

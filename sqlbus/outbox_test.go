@@ -94,7 +94,11 @@ func consume(t testing.TB, c *omnibus.Client, topic string, col *collector) {
 	if err := c.CreateTopic(ctx, topic, 4); err != nil {
 		t.Fatal(err)
 	}
-	k, err := c.Subscribe(ctx, topic, col.handle, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest))
+	opts := []omnibus.SubscribeOption{omnibus.Group("g")}
+	if c.Capabilities().Replay {
+		opts = append(opts, omnibus.StartFrom(omnibus.StartEarliest))
+	}
+	k, err := c.Subscribe(ctx, topic, col.handle, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
