@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -91,6 +92,41 @@ func runChild(ctx context.Context, cfg childConfig) error {
 	return fmt.Errorf("unknown role %q", cfg.Role)
 }
 
+var (
+	childOnce sync.Once
+	childBin  string
+)
+
+// childBinary is the program child processes run: this test binary, or
+// under the race detector the same tests built without it (go test -c),
+// so that the child processes, many at once on a small machine, run at
+// production speed. The parent's goroutines are still checked for
+// races, and the same code runs in-process under the detector in the
+// other tests. Without a go command the race-enabled binary is used.
+func childBinary(t testing.TB) string {
+	childOnce.Do(func() {
+		childBin = os.Args[0]
+		if !raceEnabled {
+			return
+		}
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			return
+		}
+		dir, err := os.MkdirTemp("", "sqlbus-child")
+		if err != nil {
+			return
+		}
+		out := filepath.Join(dir, "sqlbus.test")
+		if b, err := exec.Command(goBin, "test", "-c", "-o", out, ".").CombinedOutput(); err != nil {
+			t.Logf("building the child binary without the race detector: %v\n%s", err, b)
+			return
+		}
+		childBin = out
+	})
+	return childBin
+}
+
 // proc is a child process the test started.
 type proc struct {
 	cmd    *exec.Cmd
@@ -136,7 +172,7 @@ func tail(s string, n int) string {
 func (cs *children) start(name string, cfg childConfig) {
 	cs.t.Helper()
 	raw, _ := json.Marshal(cfg)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := exec.Command(childBinary(cs.t), "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SQLBUS_CHILD="+string(raw))
 	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, ready: make(chan struct{}), done: make(chan struct{})}
 	cmd.Stderr = &syncWriter{w: p.stderr}

@@ -204,6 +204,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // be woken, for the poll interval or for the next scheduled message.
 func (r *Relay) work(ctx context.Context, poll time.Duration) {
 	failures := 0
+	var last time.Time // when this worker last published
 	for ctx.Err() == nil {
 		woken := r.sig.wait()
 		n, err := r.step(ctx)
@@ -219,9 +220,13 @@ func (r *Relay) work(ctx context.Context, poll time.Duration) {
 		}
 		failures = 0
 		if n > 0 {
+			last = time.Now()
 			continue
 		}
 		d := poll
+		if time.Since(last) < hotFor {
+			d = min(d, hotPoll) // publishers may not notify: see InsertOutbox
+		}
 		if due, ok, err := r.st.NextDue(ctx, time.Now()); err == nil && ok {
 			d = min(d, max(time.Until(due), time.Millisecond))
 		}
