@@ -190,4 +190,3 @@ func BenchmarkRelayThroughput(b *testing.B) {
 		})
 	}
 }
-
