@@ -177,6 +177,9 @@ func BenchmarkRelayThroughput(b *testing.B) {
 					time.Sleep(time.Millisecond)
 				}
 				relayTime += time.Since(start)
+				if s := relay.Stats(); s.Failures > 0 {
+					b.Logf("relay: %+v", s)
+				}
 				cancel()
 				<-done
 			}
