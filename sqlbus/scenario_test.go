@@ -83,7 +83,10 @@ var scenarioTransports = []scenarioTransport{
 func TestBankScenario(t *testing.T) {
 	for _, tr := range scenarioTransports {
 		for _, db := range databases {
-			t.Run(tr.name+"/"+db.name, func(t *testing.T) { bankScenario(t, tr, db) })
+			t.Run(tr.name+"/"+db.name, func(t *testing.T) {
+				t.Parallel() // two at a time (-parallel is GOMAXPROCS): they wait on kills and sessions more than they run
+				bankScenario(t, tr, db)
+			})
 		}
 	}
 }
