@@ -35,7 +35,7 @@
 //	dialect   driver (database/sql name)                  tested on        relays share lanes with   woken by
 //	Postgres  github.com/jackc/pgx/v5/stdlib ("pgx")      PostgreSQL 15    FOR UPDATE SKIP LOCKED    LISTEN/NOTIFY
 //	MySQL     github.com/go-sql-driver/mysql ("mysql")    MariaDB 10.11    FOR UPDATE SKIP LOCKED    polling
-//	SQLite    modernc.org/sqlite ("sqlite")               SQLite 3.49      the one write lock        polling
+//	SQLite    modernc.org/sqlite ("sqlite")               SQLite 3.54      the one write lock        polling
 //
 // pgx users with a pool get a *sql.DB on it with stdlib.OpenDBFromPool.
 // SQLite is one writer at a time: open it in WAL mode with a busy timeout
