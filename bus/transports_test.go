@@ -8,14 +8,12 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
 
@@ -135,45 +133,5 @@ func deleteStreams(t testing.TB, ns string) {
 }
 
 // deleteRabbit removes the exchanges and queues of namespace ns (all
-// their names start with it) from the RabbitMQ server. AMQP cannot list
-// them: rabbitmqctl does.
-func deleteRabbit(t testing.TB, ns string) {
-	list := func(what string) []string {
-		out, err := exec.Command("rabbitmqctl", "list_"+what, "-q", "--no-table-headers", "name").Output()
-		if err != nil {
-			t.Errorf("cleanup: rabbitmqctl list_%s: %v; delete what starts with %q by hand", what, err, ns)
-			return nil
-		}
-		var names []string
-		for n := range strings.FieldsSeq(string(out)) {
-			if strings.HasPrefix(n, ns) {
-				names = append(names, n)
-			}
-		}
-		return names
-	}
-	queues, exchanges := list("queues"), list("exchanges")
-	ac, err := amqp.Dial(rabbitURL)
-	if err != nil {
-		t.Logf("cleanup: dial: %v", err)
-		return
-	}
-	defer ac.Close()
-	ch, err := ac.Channel()
-	if err != nil {
-		t.Logf("cleanup: channel: %v", err)
-		return
-	}
-	for _, q := range queues {
-		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-			t.Logf("cleanup: delete queue %s: %v", q, err)
-			return
-		}
-	}
-	for _, x := range exchanges {
-		if err := ch.ExchangeDelete(x, false, false); err != nil {
-			t.Logf("cleanup: delete exchange %s: %v", x, err)
-			return
-		}
-	}
-}
+// their names start with it) from the RabbitMQ server.
+func deleteRabbit(t testing.TB, ns string) { testenv.DeleteRabbit(t, rabbitURL, ns) }

@@ -12,6 +12,8 @@
 #   - enables RabbitMQ's rabbitmq_consistent_hash_exchange plugin (for the
 #     partitioned mode), which the broker remembers in its enabled-plugins
 #     file.
+#   - checks that PostgreSQL (5432) and MariaDB (3306) answer, and says how
+#     to start them when they do not (it does not install or start them).
 # Nothing it cannot do stops it outside CI: the tests that need what is
 # missing say so and are skipped (in CI, with CI set, they fail).
 #   - installs nodejs and npm (apt-get) and kinesalite and dynalite (npm,
@@ -112,6 +114,27 @@ fi
 # redisbus's restart and bad-input tests start redis-server processes of
 # their own: the binary must be there even when a Redis already listens.
 need_pkg redis-server redis-server
+
+# PostgreSQL (127.0.0.1:5432, user postgres without a password, database
+# test) and MariaDB (127.0.0.1:3306, root without a password, database
+# test) for package sqlbus: checked, not installed or started; in CI a
+# missing one fails.
+db_missing=
+if ! port_open 5432; then
+  log "PostgreSQL does not answer on 127.0.0.1:5432; start it with: pg_ctlcluster 15 main start (Debian: apt-get install postgresql; trust local connections and createdb -U postgres test)"
+  db_missing=1
+fi
+if ! port_open 3306; then
+  log "MariaDB does not answer on 127.0.0.1:3306; start it with: service mariadb start (Debian: apt-get install mariadb-server; mysql -uroot -e 'CREATE DATABASE test')"
+  db_missing=1
+fi
+if [ -n "$db_missing" ]; then
+  if [ -n "${CI:-}" ]; then
+    log "the sqlbus tests need PostgreSQL and MariaDB"
+    exit 1
+  fi
+  log "the sqlbus tests of the missing databases will be skipped"
+fi
 
 status=0
 go test -race -count=1 -timeout 20m "$@" ./... || status=$?

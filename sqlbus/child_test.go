@@ -5,6 +5,7 @@ package sqlbus_test
 // SIGKILL, as a crash would, at any point.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -90,11 +92,47 @@ func runChild(ctx context.Context, cfg childConfig) error {
 	return fmt.Errorf("unknown role %q", cfg.Role)
 }
 
+var (
+	childOnce sync.Once
+	childBin  string
+)
+
+// childBinary is the program child processes run: this test binary, or
+// under the race detector the same tests built without it (go test -c),
+// so that the child processes, many at once on a small machine, run at
+// production speed. The parent's goroutines are still checked for
+// races, and the same code runs in-process under the detector in the
+// other tests. Without a go command the race-enabled binary is used.
+func childBinary(t testing.TB) string {
+	childOnce.Do(func() {
+		childBin = os.Args[0]
+		if !raceEnabled {
+			return
+		}
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			return
+		}
+		dir, err := os.MkdirTemp("", "sqlbus-child")
+		if err != nil {
+			return
+		}
+		out := filepath.Join(dir, "sqlbus.test")
+		if b, err := exec.Command(goBin, "test", "-c", "-o", out, ".").CombinedOutput(); err != nil {
+			t.Logf("building the child binary without the race detector: %v\n%s", err, b)
+			return
+		}
+		childBin = out
+	})
+	return childBin
+}
+
 // proc is a child process the test started.
 type proc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser // kept: the child stops when it closes
 	stderr *bytes.Buffer
+	ready  chan struct{} // closed when the child prints "ready"
 	done   chan struct{}
 }
 
@@ -134,9 +172,9 @@ func tail(s string, n int) string {
 func (cs *children) start(name string, cfg childConfig) {
 	cs.t.Helper()
 	raw, _ := json.Marshal(cfg)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := exec.Command(childBinary(cs.t), "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SQLBUS_CHILD="+string(raw))
-	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, ready: make(chan struct{}), done: make(chan struct{})}
 	cmd.Stderr = &syncWriter{w: p.stderr}
 	if os.Getenv("SQLBUS_LOG") != "" {
 		cmd.Stderr = os.Stderr
@@ -146,16 +184,41 @@ func (cs *children) start(name string, cfg childConfig) {
 		cs.t.Fatal(err)
 	}
 	p.stdin = stdin
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		cs.t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		cs.t.Fatalf("start child %s: %v", name, err)
 	}
 	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				close(p.ready)
+			}
+		}
 		_ = cmd.Wait()
 		close(p.done)
 	}()
 	cs.mu.Lock()
 	cs.procs[name] = p
 	cs.mu.Unlock()
+}
+
+// waitReady waits until child name said it is ready, or ended.
+func (cs *children) waitReady(name string, d time.Duration) {
+	cs.t.Helper()
+	cs.mu.Lock()
+	p := cs.procs[name]
+	cs.mu.Unlock()
+	select {
+	case <-p.ready:
+	case <-p.done:
+		cs.t.Fatalf("child %s ended before it was ready:\n%s", name, tail(p.stderr.String(), 3000))
+	case <-time.After(d):
+		cs.t.Fatalf("child %s not ready after %v:\n%s", name, d, tail(p.stderr.String(), 3000))
+	}
 }
 
 // kill kills child name with SIGKILL and waits for it to end.

@@ -19,6 +19,9 @@ import (
 // channel is the NOTIFY channel of the store's outbox.
 func (s *SQLStore) channel() string { return s.prefix + "outbox" }
 
+// Notifies implements Notifier: PostgreSQL notifies.
+func (s *SQLStore) Notifies() bool { return s.d == Postgres }
+
 // Listen implements Notifier on PostgreSQL (with pgx's database/sql
 // driver, github.com/jackc/pgx/v5/stdlib): it takes a connection out of
 // the pool for as long as it runs, LISTENs on the outbox's channel and

@@ -6,6 +6,7 @@ package sqlbus
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -179,7 +180,7 @@ func (r *Relay) Stats() RelayStats {
 func (r *Relay) Run(ctx context.Context) error {
 	poll := r.cfg.poll
 	var wg sync.WaitGroup
-	if n, ok := r.st.(Notifier); ok && r.cfg.notify {
+	if n, ok := r.st.(Notifier); ok && r.cfg.notify && n.Notifies() {
 		if poll == 0 {
 			poll = time.Second
 		}
@@ -204,9 +205,10 @@ func (r *Relay) Run(ctx context.Context) error {
 // be woken, for the poll interval or for the next scheduled message.
 func (r *Relay) work(ctx context.Context, poll time.Duration) {
 	failures := 0
+	var last time.Time // when this worker last published
 	for ctx.Err() == nil {
 		woken := r.sig.wait()
-		n, err := r.step(ctx)
+		n, busy, err := r.step(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -219,9 +221,13 @@ func (r *Relay) work(ctx context.Context, poll time.Duration) {
 		}
 		failures = 0
 		if n > 0 {
+			last = time.Now()
 			continue
 		}
 		d := poll
+		if busy || time.Since(last) < hotFor {
+			d = min(d, hotPoll) // publishers may not notify: see InsertOutbox
+		}
 		if due, ok, err := r.st.NextDue(ctx, time.Now()); err == nil && ok {
 			d = min(d, max(time.Until(due), time.Millisecond))
 		}
@@ -236,30 +242,37 @@ func (r *Relay) work(ctx context.Context, poll time.Duration) {
 }
 
 // step publishes one batch of one lane; it returns how many messages it
-// published (0: nothing due, or every due lane held by other relays).
-func (r *Relay) step(ctx context.Context) (int, error) {
+// published, and whether it found every due lane held by other workers
+// or relays (busy: they may leave work behind).
+func (r *Relay) step(ctx context.Context) (n int, busy bool, err error) {
 	now := time.Now()
 	lanes, err := r.st.PendingLanes(ctx, now)
 	if err != nil || len(lanes) == 0 {
-		return 0, err
+		return 0, false, err
 	}
 	// In random order: the workers and relays spread over the lanes.
 	rand.Shuffle(len(lanes), func(i, j int) { lanes[i], lanes[j] = lanes[j], lanes[i] })
-	tx, err := r.st.DB().BeginTx(ctx, nil)
+	// Read committed: no gap locks between relays' marks on MySQL (and
+	// PostgreSQL's default); SQLite has one level.
+	var opts *sql.TxOptions
+	if r.st.Dialect() != SQLite {
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := r.st.DB().BeginTx(ctx, opts)
 	if err != nil {
-		return 0, fmt.Errorf("sqlbus: relay: begin: %w", err)
+		return 0, false, fmt.Errorf("sqlbus: relay: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	lane, ok, err := r.st.LockLane(ctx, tx, lanes)
 	if err != nil || !ok {
-		return 0, err
+		return 0, err == nil, err
 	}
 	rows, err := r.st.LaneRows(ctx, tx, lane, now, r.cfg.batch)
 	if err != nil || len(rows) == 0 {
-		return 0, err
+		return 0, false, err
 	}
 	if err := r.publish(ctx, rows); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	// Published: mark even if ctx ended meanwhile, or they go out again.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -269,14 +282,14 @@ func (r *Relay) step(ctx context.Context) (int, error) {
 		ids[i] = row.ID
 	}
 	if err := r.st.MarkSent(mctx, tx, lane, ids, time.Now()); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("sqlbus: relay: commit lane %d: %w (its messages are published again)", lane, err)
+		return 0, false, fmt.Errorf("sqlbus: relay: commit lane %d: %w (its messages are published again)", lane, err)
 	}
 	r.published.Add(int64(len(rows)))
 	r.batches.Add(1)
-	return len(rows), nil
+	return len(rows), false, nil
 }
 
 // publish publishes rows in order: each run of one topic in one call.
@@ -320,7 +333,7 @@ func (r *Relay) ensureTopic(ctx context.Context, topic string) error {
 // or when ctx ends. Lanes other relays hold are waited for.
 func (r *Relay) Flush(ctx context.Context) error {
 	for {
-		n, err := r.step(ctx)
+		n, _, err := r.step(ctx)
 		if err != nil {
 			return err
 		}

@@ -36,7 +36,7 @@ func kafkaURL(t testing.TB) string {
 // counted; per key, no message arrives for the first time after a newer
 // one did.
 func TestRelayKilled(t *testing.T) {
-	const messages, keys, kills = 2000, 20, 6
+	const messages, keys, kills = 1000, 20, 5
 	for _, db := range databases {
 		t.Run(db.name, func(t *testing.T) {
 			drv, dsn := db.dsn(t)

@@ -179,12 +179,28 @@ func (s *SQLStore) InsertOutbox(ctx context.Context, tx *sql.Tx, rows []OutboxRo
 		rows = rows[n:]
 	}
 	if s.d == Postgres {
-		if _, err := tx.ExecContext(ctx, "SELECT pg_notify($1, '')", s.channel()); err != nil {
+		// PostgreSQL serializes the commits of notifying transactions
+		// (a database-wide lock held through the commit's WAL flush), so
+		// a notification per commit caps the database at one commit per
+		// flush. A relay that published recently polls (see Relay), so
+		// only a relay that is idle needs waking.
+		q := s.q("SELECT pg_notify(?, '') WHERE NOT EXISTS (SELECT 1 FROM {p}outbox_lane WHERE served_us > ?)")
+		if _, err := tx.ExecContext(ctx, q, s.channel(), micros(time.Now().Add(-quietAfter))); err != nil {
 			return txErr("notify "+s.channel(), err)
 		}
 	}
 	return nil
 }
+
+// A relay polls every hotPoll until hotFor has passed since it last
+// published; publishers notify only when no lane was served for
+// quietAfter (less than hotFor, for the clocks of two hosts and the time
+// a relay takes to mark a lane).
+const (
+	hotPoll    = 10 * time.Millisecond
+	hotFor     = time.Second
+	quietAfter = 500 * time.Millisecond
+)
 
 // PendingLanes implements Store.
 func (s *SQLStore) PendingLanes(ctx context.Context, now time.Time) ([]int, error) {

@@ -81,6 +81,9 @@ type Store interface {
 // Notifier is implemented by stores that can wake relays when messages
 // are committed (PostgreSQL: LISTEN/NOTIFY), so relays need not poll.
 type Notifier interface {
+	// Notifies reports whether the store can notify (an SQLStore of
+	// PostgreSQL); Listen of one that cannot fails at once.
+	Notifies() bool
 	// Listen calls wake after each commit of outbox messages, and once
 	// whenever it (re)connects, until ctx ends; then it returns ctx's
 	// error. wake must not block.
