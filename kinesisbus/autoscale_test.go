@@ -81,6 +81,13 @@ func TestAutoscaleCappedAtShards(t *testing.T) {
 	transporttest.Eventually(t, 30*time.Second, func() bool { return k.Members() == 1 }, func() string {
 		return fmt.Sprintf("%d members after the backlog drained, want 1", k.Members())
 	})
+	mu.Lock()
+	for _, id := range ids {
+		if !seen[id] {
+			t.Errorf("message %s lost", id)
+		}
+	}
+	mu.Unlock()
 	dmu.Lock()
 	defer dmu.Unlock()
 	maxDesired, capSeen := 0, 0
