@@ -163,7 +163,7 @@
 //	groups           yes
 //	replay           yes (TRIM_HORIZON)
 //	native nack      no (the engine retries)
-//	max message      767,928 bytes: a binary body in base64 within
+//	max message      783,360 bytes: a binary body in base64 within
 //	                 Kinesis's 1 MiB; a text or JSON body may be larger
 //	                 (Publish refuses records over 1 MiB per message)
 //

@@ -29,10 +29,12 @@ var (
 
 const startServers = "scripts/test.sh (kinesalite and dynalite from npm, on 127.0.0.1:4567 and :4568)"
 
-// testParams make leases move in test time: a lease expires after 1s
-// without renewal, shards are listed every second, and an empty shard is
-// polled every 50ms.
-const testParams = "failover_time=1s&shard_sync_interval=1s&poll_interval=50ms"
+// testParams make leases move in test time: a lease expires after 3s
+// without renewal (long enough for renewals on a machine loaded by -race),
+// shards are listed every second, and an empty shard is polled every 200ms
+// (Kinesis allows 5 reads per second per shard; kinesalite, one process,
+// serves every shard of every test).
+const testParams = "failover_time=3s&shard_sync_interval=1s&poll_interval=200ms"
 
 // fakeKeys are the static credentials the emulators accept.
 const fakeKeys = "AKIDTEST:secretTEST"

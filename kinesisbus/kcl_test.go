@@ -110,7 +110,9 @@ func TestKCLTable(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) >= len(want)
-	}, func() string { return fmt.Sprintf("received %d of the %d records after the checkpoints", len(got), len(want)) })
+	}, func() string {
+		return fmt.Sprintf("received %d of the %d records after the checkpoints", len(got), len(want))
+	})
 	stop()
 	mu.Lock()
 	for pos := range got {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"sync"
 	"time"
@@ -45,11 +46,17 @@ func (Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (dr
 	if err != nil {
 		return nil, err
 	}
+	// One HTTP transport for both clients, whose idle connections Close
+	// closes: their goroutines end with the connection.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	awsCfg.HTTPClient = &http.Client{Transport: tr}
 	c := &conn{
 		cfg:    cfg,
 		logger: opts.Logger,
 		known:  map[string]bool{},
 		clock:  time.Now,
+		http:   tr,
 	}
 	c.kin = kinesis.NewFromConfig(awsCfg, func(o *kinesis.Options) {
 		if cfg.endpoint != "" {
@@ -70,6 +77,7 @@ func (Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (dr
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) { so.RateLimiter = noLimit{} })
 	})
 	if _, err := c.kin.ListStreams(ctx, &kinesis.ListStreamsInput{Limit: aws.Int32(1)}); err != nil {
+		tr.CloseIdleConnections()
 		return nil, fmt.Errorf("kinesisbus: open %s: Kinesis did not answer: %w", cfg.redacted, c.classify(err))
 	}
 	return c, nil
@@ -88,6 +96,7 @@ type conn struct {
 	logger *slog.Logger
 	kin    *kinesis.Client
 	ddb    *dynamodb.Client
+	http   *http.Transport  // the clients' connections
 	clock  func() time.Time // time.Now; tests of the lag arithmetic set another
 
 	subs driver.Subscribers[*sub]
@@ -128,9 +137,11 @@ func (c *conn) checkOpen(op, stream string) error {
 }
 
 // Close implements driver.Conn: it closes the members still open (they
-// release their leases). The SDK clients hold nothing to close.
+// release their leases), then the idle HTTP connections.
 func (c *conn) Close() error {
-	c.subs.Close()
+	if c.subs.Close() {
+		c.http.CloseIdleConnections()
+	}
 	return nil
 }
 

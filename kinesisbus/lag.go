@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -45,7 +46,8 @@ func (c *conn) GroupLag(ctx context.Context, stream, group string) ([]driver.Lan
 	if err != nil {
 		return nil, fmt.Errorf("kinesisbus: lag %q group %q: %w", stream, group, err)
 	}
-	slices.SortFunc(leases, func(a, b *lease) int { return compareShards(a.key, b.key) })
+	// Shard IDs have a fixed width: their text orders them.
+	slices.SortFunc(leases, func(a, b *lease) int { return strings.Compare(a.key, b.key) })
 	lags := make([]driver.LaneLag, 0, len(leases))
 	for _, l := range leases {
 		if l.ended() {
@@ -88,18 +90,4 @@ func timeLag(now time.Time, out *kinesis.GetRecordsOutput) int64 {
 		behind = *out.MillisBehindLatest
 	}
 	return max(waited, behind, 0)
-}
-
-// compareShards orders shard IDs by their number.
-func compareShards(a, b string) int {
-	if len(a) != len(b) {
-		return len(a) - len(b)
-	}
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

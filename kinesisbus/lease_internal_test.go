@@ -108,7 +108,9 @@ func TestTimeLag(t *testing.T) {
 	if err := c.CreateTopic(ctx, stream, 1); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
 	}
-	t.Cleanup(func() { _, _ = c.kin.DeleteStream(context.Background(), &kinesis.DeleteStreamInput{StreamName: aws.String(stream)}) })
+	t.Cleanup(func() {
+		_, _ = c.kin.DeleteStream(context.Background(), &kinesis.DeleteStreamInput{StreamName: aws.String(stream)})
+	})
 	tb := &table{c: c, name: c.cfg.tableName(stream, "g")}
 	if err := tb.ensure(ctx); err != nil {
 		t.Fatalf("ensure: %v", err)

@@ -32,11 +32,12 @@ func holders(ks []*omnibus.Consumer) []int {
 // TestLeasesBalanceAndFailOver: three members (each its own client, as
 // three processes) on 8 shards converge to 3/3/2. One is then killed: its
 // network is cut and it is closed, so it releases nothing. The others
-// take its leases once they have not moved for failover_time (1s), and
+// take its leases once they have not moved for failover_time (2s), and
 // every message published before and after is handled.
 func TestLeasesBalanceAndFailOver(t *testing.T) {
 	need(t)
-	const failover = time.Second
+	const failover = 2 * time.Second
+	params := "failover_time=" + failover.String()
 	pub := open(t, testURL(""))
 	stream := testPrefix + "leases-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := pub.CreateTopic(ctxT(t), stream, 8); err != nil {
@@ -51,7 +52,7 @@ func TestLeasesBalanceAndFailOver(t *testing.T) {
 		return nil
 	}
 	kin, ddb := newProxy(t, kinesisAddr), newProxy(t, dynamoAddr)
-	urls := []string{testURL(""), testURL(""), kinesisURL(kin.Addr(), ddb.Addr(), "")}
+	urls := []string{testURL(params), testURL(params), kinesisURL(kin.Addr(), ddb.Addr(), params)}
 	ks := make([]*omnibus.Consumer, 3)
 	clients := make([]*omnibus.Client, 3)
 	for i, u := range urls {

@@ -2,7 +2,9 @@ package kinesisbus
 
 // Readers: one goroutine per shard held, polling GetRecords from the
 // lease's checkpoint into the shard's buffer (sub.mu), at most
-// maxBuffered records and maxBufferedBytes ahead of Receive. An empty
+// maxBuffered records and sub.bufBytes bytes ahead of Receive, asking for
+// as many records per call as fit in that by the size of those it read
+// last (GetRecords has no byte limit of its own below 10 MiB). An empty
 // answer waits poll_interval; a throttled one backs off; an expired
 // iterator is asked for again after the last record read. A closed
 // shard's reader stops at its end, and the shard is finished once its
@@ -89,6 +91,7 @@ func (s *sub) read(ctx context.Context, sh *shard) {
 	from := *sh.from
 	var iter *string
 	failures := 0
+	limit := s.conn.cfg.maxRecords
 	backoff := func(err error) bool {
 		failures++
 		if ctx.Err() != nil {
@@ -122,7 +125,8 @@ func (s *sub) read(ctx context.Context, sh *shard) {
 			}
 			iter = it
 		}
-		out, err := s.conn.kin.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(s.conn.cfg.maxRecords)})
+		asked := limit
+		out, err := s.conn.kin.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(asked)})
 		if err != nil {
 			if errorCode(err) == codeExpired {
 				iter = nil // from the last record read
@@ -135,6 +139,11 @@ func (s *sub) read(ctx context.Context, sh *shard) {
 		}
 		failures = 0
 		if n := len(out.Records); n > 0 {
+			size := 0
+			for _, r := range out.Records {
+				size += len(r.Data) + len(deref(r.PartitionKey))
+			}
+			limit = int32(min(max(s.bufBytes/max(size/n, 1), 1), int(s.conn.cfg.maxRecords)))
 			from = lease{checkpoint: deref(out.Records[n-1].SequenceNumber)}
 			s.buffer(sh, out.Records)
 		}
@@ -149,7 +158,7 @@ func (s *sub) read(ctx context.Context, sh *shard) {
 		}
 		iter = out.NextShardIterator
 		behind := out.MillisBehindLatest != nil && *out.MillisBehindLatest > 0
-		if len(out.Records) == 0 || !behind && len(out.Records) < int(s.conn.cfg.maxRecords) {
+		if len(out.Records) == 0 || !behind && len(out.Records) < int(asked) {
 			if !sleep(ctx, s.conn.cfg.pollInterval) {
 				return
 			}
@@ -185,7 +194,7 @@ func (s *sub) buffer(sh *shard, records []types.Record) {
 func (s *sub) awaitSpace(ctx context.Context, sh *shard) bool {
 	for {
 		s.mu.Lock()
-		full := len(sh.buf) >= maxBuffered || sh.bufBytes >= maxBufferedBytes
+		full := len(sh.buf) >= maxBuffered || sh.bufBytes >= s.bufBytes
 		s.mu.Unlock()
 		if !full {
 			return true

@@ -52,6 +52,7 @@ func (c *conn) Subscribe(ctx context.Context, stream string, opts driver.Subscri
 		start:     opts.StartAt,
 		ephemeral: opts.Ephemeral,
 		lanes:     opts.Lanes,
+		bufBytes:  min(max(opts.MaxInFlightBytes, minBufferedBytes), maxBufferedBytes),
 		ctx:       bctx,
 		cancel:    cancel,
 		wake:      make(chan struct{}, 1),
@@ -103,6 +104,7 @@ type sub struct {
 	start     driver.StartAt
 	ephemeral bool
 	lanes     driver.Lanes
+	bufBytes  int // the most bytes a reader holds
 	logger    *slog.Logger
 
 	ctx    context.Context // ends at Close: the readers' and the renewer's lifetime
@@ -167,9 +169,12 @@ type token struct {
 	seq   string
 }
 
-// Bounds of what a reader holds beyond what Receive returned.
+// Bounds of what a reader holds beyond what Receive returned: the
+// records, and the bytes (the subscription's MaxInFlightBytes, within
+// these).
 const (
 	maxBuffered      = 10000
+	minBufferedBytes = 1 << 20
 	maxBufferedBytes = 16 << 20
 )
 
