@@ -32,10 +32,10 @@ type session struct {
 	committer driver.Committer // logs: the settled prefix of a lane is committed
 	lag       func(ctx context.Context) ([]driver.LaneLag, error)
 	republish func(ctx context.Context, ds []*driver.Delivery) error // appends copies to the topic
-	window    int           // most deliveries held
-	bytes     int           // most bytes (Message.Size) held
-	idle      time.Duration // quiet time after which an unknown lag means drained
-	wait      time.Duration // quiet time after which the read ends whatever the lag says
+	window    int                                                    // most deliveries held
+	bytes     int                                                    // most bytes (Message.Size) held
+	idle      time.Duration                                          // quiet time after which an unknown lag means drained
+	wait      time.Duration                                          // quiet time after which the read ends whatever the lag says
 
 	want   chan driver.Room
 	got    chan fetched
@@ -50,8 +50,8 @@ type session struct {
 	mu      sync.Mutex
 	lanes   map[string]*laneHeld
 	entries map[*driver.Delivery]*entry
-	held    int // entries in lanes
-	size    int // their Message.Size, as received
+	held    int            // entries in lanes
+	size    int            // their Message.Size, as received
 	moved   int            // unselected deliveries appended again to pass them
 	copies  map[string]int // IDs appended again whose copy was not read yet
 }
