@@ -14,6 +14,31 @@ import (
 	"github.com/omnibus-go/omnibus/dlq"
 	"github.com/omnibus-go/omnibus/dlq/dlqtest"
 	"github.com/omnibus-go/omnibus/internal/observe/observetest"
+	"github.com/omnibus-go/omnibus/internal/testenv"
+	_ "github.com/omnibus-go/omnibus/redisbus"
+	"github.com/redis/go-redis/v9"
+)
+
+// transports are observetest's, JetStream in partitioned mode (the
+// omnibus command's default) and Redis Streams.
+var transports = append(slices.Clone(observetest.Transports),
+	observetest.Transport{Name: "nats-partitioned", URL: func(t testing.TB, ns string) string {
+		return "nats://embedded?partitions=4&dir=" + t.TempDir()
+	}},
+	observetest.Transport{Name: "redis", URL: func(t testing.TB, ns string) string {
+		testenv.Require(t, "Redis", "127.0.0.1:6379", "redis-server --daemonize yes")
+		t.Cleanup(func() {
+			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+			defer rdb.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			it := rdb.Scan(ctx, 0, "*"+ns+"*", 1000).Iterator()
+			for it.Next(ctx) {
+				_ = rdb.Del(ctx, it.Val()).Err()
+			}
+		})
+		return "redis://127.0.0.1:6379"
+	}},
 )
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
@@ -29,7 +54,7 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 // service exactly once, with the replay recorded and the large body
 // whole; afterwards the dead-letter topic is as documented.
 func TestListAndReplay(t *testing.T) {
-	for _, tr := range observetest.Transports {
+	for _, tr := range transports {
 		t.Run(tr.Name, func(t *testing.T) {
 			ctx := ctxT(t, 3*time.Minute)
 			ns := observetest.Namespace()
@@ -91,6 +116,10 @@ func TestListAndReplay(t *testing.T) {
 			}
 			if p.Replayed != len(sel) || p.Selected != len(sel) || p.Read != n {
 				t.Errorf("replay k3: %+v, want %d replayed of %d read", p, len(sel), n)
+			}
+			// Only a log whose group commits a position moves what it passes.
+			if commits := tr.Name == "membus" || tr.Name == "kafka"; (p.Moved > 0) != commits {
+				t.Errorf("replay k3 moved %d dead letters, want some on a log that commits positions, none elsewhere", p.Moved)
 			}
 			svc.WaitHandled(t, sel)
 
@@ -182,5 +211,77 @@ func checkParsed(t *testing.T, dls []*dlq.DeadLetter, ids []string, topic string
 		if i == 7 && !bytes.Equal(d.Body, large) {
 			t.Errorf("the large body listed with %d bytes, want %d", len(d.Body), len(large))
 		}
+	}
+}
+
+// TestStopAndDelete, on every transport: a replay of 1,000 dead letters
+// stopped part way returns what it did, and exactly that was handed
+// back; a delete removes its selection without publishing it; a second
+// replay sends the rest, each message exactly once over both.
+func TestStopAndDelete(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.Name, func(t *testing.T) {
+			ctx := ctxT(t, 3*time.Minute)
+			ns := observetest.Namespace()
+			c := observetest.Open(t, tr.URL(t, ns))
+			topic, dead := ns+".orders", ns+".orders.dlq"
+			if err := c.CreateTopic(ctx, topic, 4); err != nil {
+				t.Fatal(err)
+			}
+			svc := dlqtest.Start(t, ctx, c, topic, "billing")
+			const n = 1000
+			ids := svc.Publish(t, ctx, c, topic, n, nil)
+			q, err := dlq.New(c, dead)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			var k5 []string
+			for i, id := range ids {
+				if i%37 == 5 {
+					k5 = append(k5, id)
+				}
+			}
+			p, err := q.Delete(ctx, dlq.DeleteOptions{Filter: dlq.Filter{Key: "k5"}})
+			if err != nil || p.Deleted != len(k5) || p.Replayed != 0 {
+				t.Fatalf("delete k5: %+v, %v; want %d deleted", p, err, len(k5))
+			}
+			rest := without(ids, k5)
+
+			stopCtx, stop := context.WithCancel(ctx)
+			p, err = q.Replay(stopCtx, dlq.ReplayOptions{Batch: 20, Bounds: dlq.Bounds{Progress: func(p dlq.Progress) {
+				if p.Replayed >= 300 {
+					stop()
+				}
+			}}})
+			stop()
+			if !errors.Is(err, context.Canceled) || p.Replayed < 300 || p.Replayed >= len(rest) {
+				t.Fatalf("stopped replay: %+v, %v; want context.Canceled after 300 or more", p, err)
+			}
+			dlqtest.Eventually(t, 30*time.Second, func() error {
+				if h := len(svc.Handled()); h != p.Replayed {
+					return fmt.Errorf("%d handled, want the %d replayed before the stop", h, p.Replayed)
+				}
+				return nil
+			})
+			l, err := q.List(ctx, dlq.ListOptions{Limit: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(l.DeadLetters) != len(rest)-p.Replayed {
+				t.Errorf("after the stop: %d listed, want %d", len(l.DeadLetters), len(rest)-p.Replayed)
+			}
+			for _, d := range l.DeadLetters {
+				if slices.Contains(k5, d.ID) {
+					t.Errorf("deleted %s is listed", d.ID)
+				}
+			}
+
+			p2, err := q.Replay(ctx, dlq.ReplayOptions{})
+			if err != nil || p2.Replayed != len(rest)-p.Replayed {
+				t.Fatalf("second replay: %+v, %v; want %d", p2, err, len(rest)-p.Replayed)
+			}
+			svc.WaitHandled(t, rest)
+		})
 	}
 }

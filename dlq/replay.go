@@ -231,6 +231,9 @@ func (r *run) take(ctx context.Context, ds []*driver.Delivery) error {
 			}
 		}
 		for len(sel) > 0 {
+			if err := ctx.Err(); err != nil {
+				return err // what is held goes back to the transport
+			}
 			n := min(len(sel), r.batch)
 			ds := make([]*driver.Delivery, n)
 			for i, x := range sel[:n] {
@@ -240,6 +243,9 @@ func (r *run) take(ctx context.Context, ds []*driver.Delivery) error {
 				return err
 			}
 			sel = sel[n:]
+			if r.bounds.Progress != nil && len(sel) > 0 {
+				r.bounds.Progress(r.p)
+			}
 		}
 	}
 	return nil
