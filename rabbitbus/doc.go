@@ -74,8 +74,10 @@
 //     "<topic>.dlq", and any name ending in ".dlq") also gets a durable
 //     queue of the same name
 //     bound with "#", so dead letters are kept even when nobody consumes
-//     them; read them with any AMQP client or subscribe a group to the
-//     ".dlq" topic.
+//     them. The group named after the dead-letter topic itself reads
+//     that queue (unpartitioned, whatever the URL's partitions): it is
+//     the group of the dead-letter tools (package dlq, omnibus dlq); any
+//     other group of a ".dlq" topic gets what arrives after it exists.
 //   - Partitioned mode (partitions=N): each group gets a durable
 //     consistent-hash exchange "<topic>:<group>" bound to the topic's
 //     exchange, feeding N durable queues "<topic>:<group>:<n>" declared

@@ -174,7 +174,7 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 			case err != nil:
 				continue
 			}
-			out[i] = held[q].laneLag(out[i].Lane, info, c.cfg.partitions > 0)
+			out[i] = held[q].laneLag(out[i].Lane, info, len(queues) > 1)
 		}
 		return nil
 	})
@@ -185,8 +185,11 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 }
 
 // groupQueues are the queues of group on topic: one, or one per
-// partition.
+// partition; a dead-letter topic's own queue for the group named after it.
 func (c *conn) groupQueues(topic, group string) []string {
+	if c.kept(topic, group) {
+		return []string{topic}
+	}
 	queues := []string{groupQueue(topic, group)}
 	if n := c.cfg.partitions; n > 0 {
 		queues = make([]string, n)

@@ -137,7 +137,7 @@ func (s *sub) declareRetry(ctx context.Context, q string, bucket time.Duration) 
 	args := s.c.queueArgs()
 	args["x-message-ttl"] = bucket.Milliseconds()
 	args["x-dead-letter-exchange"] = ""
-	args["x-dead-letter-routing-key"] = groupQueue(s.topic, s.group)
+	args["x-dead-letter-routing-key"] = s.lanes[0].queue
 	if s.quorum {
 		args["x-dead-letter-strategy"] = "at-least-once"
 		args["x-overflow"] = "reject-publish"

@@ -108,9 +108,10 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 	if err != nil {
 		return nil, fmt.Errorf("rabbitbus: subscribe %q: %w", topic, err)
 	}
+	kept := c.kept(topic, opts.Group)
 	s := &sub{
-		c: c, link: l, topic: topic, group: opts.Group, expires: opts.Ephemeral,
-		part: c.cfg.partitions > 0, quorum: c.cfg.quorum(),
+		c: c, link: l, topic: topic, group: opts.Group, expires: opts.Ephemeral && !kept,
+		part: c.cfg.partitions > 0 && !kept, quorum: c.cfg.quorum(),
 		cb: opts.Lanes, prefetch: max(1, min(opts.MaxInFlight, math.MaxUint16)),
 		wake: make(chan struct{}, 1),
 	}
@@ -124,7 +125,7 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 			s.lanes = append(s.lanes, &lane{s: s, n: p, id: strconv.Itoa(p), queue: partitionQueue(topic, opts.Group, p)})
 		}
 	} else {
-		s.lanes = []*lane{{s: s, id: "0", queue: groupQueue(topic, opts.Group)}}
+		s.lanes = []*lane{{s: s, id: "0", queue: c.groupQueues(topic, opts.Group)[0]}}
 	}
 	// Declare everything once, in lane order (the consistent-hash
 	// exchange assigns its buckets in binding order).

@@ -45,6 +45,20 @@ type declared struct {
 const dlqSuffix = ".dlq"
 
 func groupQueue(topic, group string) string { return topic + ":" + group }
+
+// kept reports whether group on topic is the dead-letter topic's own
+// queue: a group named after a dead-letter topic reads, unpartitioned,
+// the queue that keeps the topic's dead letters (the dead-letter tools'
+// group, package dlq), rather than a queue of its own that would get
+// only what arrives after it.
+func (c *conn) kept(topic, group string) bool {
+	if group != topic {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dead[topic] || strings.HasSuffix(topic, dlqSuffix)
+}
 func hashExchange(topic, group string) string {
 	return topic + ":" + group
 }

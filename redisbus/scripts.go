@@ -34,14 +34,19 @@ return {r[1], r[2], counts, r[3] or {}}
 // the member works on them; the claim idle time hands them back to the
 // group at once. It returns how many it touched.
 var touchScript = redis.NewScript(`
-local ids = {}
+local args = {KEYS[1], ARGV[1], ARGV[2], 0}
 for i = 4, #ARGV do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
-  if p[1] then ids[#ids + 1] = ARGV[i] end
+  if p[1] then args[#args + 1] = ARGV[i] end
 end
-if #ids == 0 then return 0 end
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(ids), 'IDLE', ARGV[3], 'JUSTID')
-return #ids
+local n = #args - 4
+if n == 0 then return 0 end
+-- unpack only expands in last place: the options go in the table too.
+args[#args + 1] = 'IDLE'
+args[#args + 1] = ARGV[3]
+args[#args + 1] = 'JUSTID'
+redis.call('XCLAIM', unpack(args))
+return n
 `)
 
 // trimScript trims stream KEYS[1] to about ARGV[1] entries (MAXLEN; 0:
