@@ -85,3 +85,29 @@ func Parse(raw string, files ...string) (u *url.URL, ok bool) {
 	}
 	return u, true
 }
+
+// ParserTarget is the fuzz target of a transport's URL parser: parse is
+// given every URL url.Parse takes of those the fuzzer builds (see URL;
+// not those with a query parameter named in files), and neither its
+// error nor what it returns for errors and logs to show (the redacted
+// URL, what names the credentials) may show the password.
+func ParserTarget(f *testing.F, schemes, files []string, parse func(*url.URL) (shown []string, err error)) {
+	Seed(f, schemes...)
+	f.Fuzz(func(t *testing.T, scheme string, slashes uint8, user, pass1, pass2, rest string, token bool) {
+		raw, ok := URL(scheme, slashes, user, pass1, pass2, rest, token)
+		if !ok {
+			return
+		}
+		u, ok := Parse(raw, files...)
+		if !ok {
+			return
+		}
+		shown, err := parse(u)
+		if err != nil {
+			Check(t, "the parser's error", raw, err.Error())
+		}
+		for _, s := range shown {
+			Check(t, "the parser's result", raw, s)
+		}
+	})
+}
