@@ -153,7 +153,9 @@ type Policy struct {
 type Decision struct {
 	Time time.Time
 	// Current and Desired are the members this controller sizes: this
-	// process's (New) or the group's (NewGroup).
+	// process's (New), or the group's (NewGroup), where Current is the
+	// size last asked of the orchestrator, which may still be starting
+	// it (Group is what runs).
 	Current int
 	Desired int
 	// Action is "up", "down" or "hold".

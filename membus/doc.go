@@ -29,12 +29,13 @@
 // inside a group each partition is read by one member at a time, and
 // partitions are rebalanced when members join or leave: the old owner's
 // engine drains and commits before the new owner starts reading from the
-// committed offset. A new group starts at the end of each partition, or at
-// offset 0 with StartEarliest. Commits from a member that no longer owns
-// the partition are rejected. Lag is the partition's end offset minus the
-// committed offset, in records; its age is the time since the record at
-// the committed offset was appended, by Config.Clock (exact: give a fake
-// clock to test with time lag). The group's members are counted across
+// committed offset; a member's partitions take turns, each an equal
+// share of what one Receive may return. A new group starts at the end of
+// each partition, or at offset 0 with StartEarliest. Commits from a
+// member that no longer owns the partition are rejected. Lag is the
+// partition's end offset minus the committed offset, in records; its age
+// is the time since the record at the committed offset was appended, by
+// Config.Clock (exact: give a fake clock to test with time lag). The group's members are counted across
 // every client of the bus. Nothing is ever deleted while the bus is open.
 // A publish succeeds or fails for good (too large, closed): it is never
 // marked for omnibus.Publish to try again, so it never stores a message

@@ -187,10 +187,13 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 		var ds []*driver.Delivery
 		owned := slices.DeleteFunc(slices.Sorted(maps.Keys(s.pos)), func(p int) bool { return s.revoking[p] })
 		bytes, full := 0, false
+		// The partitions take turns: each an equal share of the room, so
+		// a backlog on one does not keep the others waiting.
+		quota := int64(max(1, (room.Count+len(owned)-1)/max(len(owned), 1)))
 		for i := 0; i < len(owned) && !full; i++ {
 			p := owned[(s.next+i)%len(owned)]
-			log := t.parts[p].log
-			for off := s.pos[p]; off < int64(len(log)); off++ {
+			log, from := t.parts[p].log, s.pos[p]
+			for off := from; off < int64(len(log)) && off < from+quota; off++ {
 				r := &log[off]
 				size := r.msg.Size()
 				if full = !room.Fits(len(ds), bytes, size); full {
