@@ -217,9 +217,11 @@
 // connection) is claimed after claim_idle like a dead member's.
 //
 // A member holds at most one read beyond the engine's MaxInFlight and
-// MaxInFlightBytes: as many entries (per lane when partitioned) as the
-// engine has room for, by count and, at the mean size of the previous
-// read's entries, by bytes.
+// MaxInFlightBytes: reads ask for the engine's whole window (per lane when
+// partitioned), MaxInFlight entries and, at the mean size of the previous
+// read's entries, MaxInFlightBytes; what the engine has no room for yet
+// waits in the member, first in line. The next read is made while the
+// engine works on the last.
 // Reads run on a connection of the member's own, so a blocking read
 // (XREADGROUP BLOCK, XREAD BLOCK, at most 2 seconds) never holds a pooled
 // connection; a new lane and Close end one with CLIENT UNBLOCK (Close
