@@ -230,7 +230,10 @@
 // The client does not retry commands (go-redis MaxRetries -1): a
 // connection that breaks fails the command, the engine retries the read
 // with its backoff, an acknowledgement that failed goes with the next
-// one (or the keeper's, or the refresher's), and the pool dials again. A
+// one (or the keeper's, or the refresher's), and the pool dials again.
+// A member that leaves tries those a last time; when that fails too,
+// Close (and so Consumer.Shutdown) says how many settled entries go
+// back to the group, to be delivered again. A
 // server restart loses nothing the server kept (see Durability): groups,
 // pending entries and positions are in the dataset.
 //
