@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,10 +68,25 @@ func deleteGroup(ctx context.Context, t testing.TB, rawURL, topic, group string)
 	t.Logf("destroyed group %q on %v", group, streams)
 }
 
+// TestConformance runs the suite unpartitioned on a redis-server of its
+// own, which the harness can restart (with its data) and make refuse
+// acknowledgements (an ACL rule taking XACK from the user).
 func TestConformance(t *testing.T) {
-	u := serverURL(t)
-	cleanupSuite(t, u)
-	transporttest.Run(t, harness(with(u, suiteParams), 1))
+	srv := startPrivateServer(t, "--appendfsync", "everysec")
+	h := harness(with(srv.url(), suiteParams, "dial_timeout=1s"), 1)
+	h.Restart = func(ctx context.Context, t testing.TB) { srv.restart(100 * time.Millisecond) }
+	h.FailCommits = func(t testing.TB) (restore func()) {
+		rdb := raw(t, srv.url())
+		acl := func(rule string) {
+			if err := rdb.Do(context.Background(), "ACL", "SETUSER", "default", rule).Err(); err != nil {
+				t.Errorf("ACL SETUSER default %s: %v", rule, err)
+			}
+		}
+		acl("-xack")
+		var once sync.Once
+		return func() { once.Do(func() { acl("+xack") }) }
+	}
+	transporttest.Run(t, h)
 }
 
 func TestConformancePartitioned(t *testing.T) {

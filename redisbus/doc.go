@@ -217,9 +217,11 @@
 // connection) is claimed after claim_idle like a dead member's.
 //
 // A member holds at most one read beyond the engine's MaxInFlight and
-// MaxInFlightBytes: as many entries (per lane when partitioned) as the
-// engine has room for, by count and, at the mean size of the previous
-// read's entries, by bytes.
+// MaxInFlightBytes: reads ask for the engine's whole window (per lane when
+// partitioned), MaxInFlight entries and, at the mean size of the previous
+// read's entries, MaxInFlightBytes; what the engine has no room for yet
+// waits in the member, first in line. The next read is made while the
+// engine works on the last.
 // Reads run on a connection of the member's own, so a blocking read
 // (XREADGROUP BLOCK, XREAD BLOCK, at most 2 seconds) never holds a pooled
 // connection; a new lane and Close end one with CLIENT UNBLOCK (Close
@@ -228,7 +230,10 @@
 // The client does not retry commands (go-redis MaxRetries -1): a
 // connection that breaks fails the command, the engine retries the read
 // with its backoff, an acknowledgement that failed goes with the next
-// one (or the keeper's, or the refresher's), and the pool dials again. A
+// one (or the keeper's, or the refresher's), and the pool dials again.
+// A member that leaves tries those a last time; when that fails too,
+// Close (and so Consumer.Shutdown) says how many settled entries go
+// back to the group, to be delivered again. A
 // server restart loses nothing the server kept (see Durability): groups,
 // pending entries and positions are in the dataset.
 //

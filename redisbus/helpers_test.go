@@ -133,10 +133,11 @@ func cleanupSuite(t *testing.T, rawURL string) {
 // disturbs nobody. It keeps its data in an append-only file, so a
 // restart keeps what it acknowledged.
 type privateServer struct {
-	t    testing.TB
-	port int
-	dir  string
-	args []string
+	t        testing.TB
+	port     int
+	dir      string
+	args     []string
+	password string // --requirepass
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -155,6 +156,11 @@ func startPrivateServer(t testing.TB, args ...string) *privateServer {
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
 	s := &privateServer{t: t, port: port, dir: t.TempDir()}
+	for i, a := range args {
+		if a == "--requirepass" && i+1 < len(args) {
+			s.password = args[i+1]
+		}
+	}
 	s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", s.dir,
 		"--save", "", "--appendonly", "yes", "--appendfsync", "always",
 		"--logfile", filepath.Join(s.dir, "redis.log"), "--daemonize", "no"}, args...)
@@ -177,11 +183,13 @@ func (s *privateServer) start() {
 	s.mu.Lock()
 	s.cmd = cmd
 	s.mu.Unlock()
+	// Up when it answers PING: while it loads its data it answers LOADING.
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr(), Password: s.password, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
+	defer rdb.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", s.addr(), time.Second)
+		err := rdb.Ping(context.Background()).Err()
 		if err == nil {
-			_ = c.Close()
 			return
 		}
 		if time.Now().After(deadline) {

@@ -93,7 +93,6 @@ func (p *partitioned) view(ctx context.Context) (members []string, owners []stri
 // goroutines stopped (Close).
 func (p *partitioned) leave(ctx context.Context) {
 	s := p.s
-	_ = s.Ack(ctx, nil) // what failed before
 	s.mu.Lock()
 	var held []*lane
 	for _, l := range s.lanes {

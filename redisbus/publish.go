@@ -53,7 +53,7 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 		pipe = cn.Pipeline()
 	}
 	errs := make([]error, len(msgs))
-	cmds := make([]*redis.StringCmd, len(msgs))
+	cmds := make([]*redis.Cmd, len(msgs))
 	streams := map[string]bool{}
 	for i, m := range msgs {
 		if errs[i] = checkHeaders(m); errs[i] != nil {
@@ -61,7 +61,7 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 		}
 		stream := streamKey(topic, c.partition(m.Key, parts))
 		streams[stream] = true
-		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: encode(m)})
+		cmds[i] = pipe.Do(ctx, xadd(stream, m)...)
 	}
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx) // errors are read per command

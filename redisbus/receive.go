@@ -74,16 +74,18 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 	return out, nil
 }
 
-// ask asks the reader for a read, unless one is asked for: as many
-// entries as fit in room, by count and, at the mean size of the last
-// read's, by bytes.
+// ask asks the reader for a read, unless one is asked for: the engine's
+// whole window, MaxInFlight entries and, at the mean size of the last
+// read's, MaxInFlightBytes, so that reads are as large as the engine
+// allows however little room it has now (what does not fit waits in the
+// carry).
 func (s *sub) ask(room driver.Room) {
 	if s.asked {
 		return
 	}
-	n := max(room.Count, 1)
-	if s.size > 0 {
-		n = min(n, max(room.Bytes/s.size, 1))
+	n := max(room.Count, s.opts.MaxInFlight, 1)
+	if s.size > 0 && s.opts.MaxInFlightBytes > 0 {
+		n = min(n, max(s.opts.MaxInFlightBytes/s.size, 1))
 	}
 	s.want <- n // the reader took the last request: room for one
 	s.asked = true

@@ -106,6 +106,7 @@ type sub struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	closeOnce sync.Once
+	closeErr  error // Close's result
 
 	want       chan int        // Receive asks the reader for a read of so many entries
 	results    chan readResult // the reader's answer
@@ -237,6 +238,12 @@ func (s *sub) Close() error {
 		s.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		// Settled entries whose acknowledgement failed: a last try, and
+		// an error when it fails too (they go back to the group).
+		if n, err := s.flushAcks(ctx); err != nil {
+			s.closeErr = fmt.Errorf("redisbus: %d settled entries of %q group %q could not be acknowledged and will be delivered again: %w",
+				n, s.topic, s.group, err)
+		}
 		if s.part != nil {
 			s.part.leave(ctx)
 		} else {
@@ -252,7 +259,23 @@ func (s *sub) Close() error {
 		}
 		s.c.subs.Remove(s)
 	})
-	return nil
+	return s.closeErr
+}
+
+// flushAcks acknowledges the settled entries whose acknowledgement
+// failed before, and returns how many there were and the error of the
+// try.
+func (s *sub) flushAcks(ctx context.Context) (int, error) {
+	n := 0
+	s.mu.Lock()
+	for _, l := range s.lanes {
+		n += len(l.reack)
+	}
+	s.mu.Unlock()
+	if n == 0 {
+		return 0, nil
+	}
+	return n, s.Ack(ctx, nil)
 }
 
 // destroyGroup removes group from topic's streams, with its keys.

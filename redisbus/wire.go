@@ -8,6 +8,7 @@ package redisbus
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/omnibus-go/omnibus/driver"
 )
@@ -28,9 +29,11 @@ func checkHeaders(m *driver.Message) error {
 	return nil
 }
 
-// encode returns the XADD field-value arguments of m, body last.
-func encode(m *driver.Message) []any {
-	args := make([]any, 0, 2*(len(m.Headers)+6)+2)
+// xadd returns the command that appends m to stream: XADD stream * and
+// m's fields, body last.
+func xadd(stream string, m *driver.Message) []any {
+	args := make([]any, 3, 3+2*(len(m.Headers)+7))
+	args[0], args[1], args[2] = "xadd", stream, "*"
 	binding.Encode(m, func(name, value string) { args = append(args, name, value) })
 	return append(args, bodyField, m.Body)
 }
@@ -42,11 +45,21 @@ func decode(l *lane, id string, fields map[string]any, attempt int) *driver.Deli
 	d := &driver.Delivery{Lane: l.id, Position: id, Attempt: attempt, Token: l}
 	for k, v := range fields {
 		s, _ := v.(string)
-		if k == bodyField {
+		// The fields omnibus writes, spelled as it writes them, first;
+		// every other through the binding (which reads any case).
+		switch k {
+		case bodyField:
 			d.Body = []byte(s)
-			continue
+		case "ce_specversion":
+		case "ce_id":
+			d.ID = s
+		case "ce_time":
+			if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+				d.Time = t
+			}
+		default:
+			binding.Decode(&d.Message, k, s)
 		}
-		binding.Decode(&d.Message, k, s)
 	}
 	if d.ID == "" {
 		d.ID = id
