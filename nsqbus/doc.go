@@ -88,12 +88,11 @@
 //
 // # Delivery semantics
 //
-// Publishing: PUB for one message, MPUB for more. A batch goes out in
-// commands of about 32 KiB (within nsqd's --max-body-size), each sent as
-// soon as it is encoded, so nsqd stores one while the next is encoded;
-// they are pipelined on one connection per nsqd and waited for
-// together. A Publish is therefore not atomic: some of its messages can
-// land and others fail (a *driver.MessageErrors). nsqd answers once the message is in
+// Publishing: PUB for one message, MPUB for more. A batch larger than
+// nsqd's --max-body-size goes out in several MPUB commands, each sent as
+// soon as it is encoded; they are pipelined on one connection per nsqd
+// and waited for together. A Publish is therefore not atomic: some of
+// its messages can land and others fail (a *driver.MessageErrors). nsqd answers once the message is in
 // the topic's memory queue or on disk: there are no replicas, so leader
 // and all are the same. With durability none Publish does not wait for
 // the answer (at most once). A message over max-msg-size once encoded
