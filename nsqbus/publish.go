@@ -57,13 +57,10 @@ func (p *publisher) ping(ctx context.Context, addr string) error {
 	}
 	done := make(chan error, 1)
 	go func() { // ends within dial_timeout and nsqd's answers
-		pr.mu.Lock()
-		defer pr.mu.Unlock()
-		if pr.nc != nil {
-			done <- nil
-			return
-		}
-		done <- pr.connectLocked()
+		pr.wmu.Lock()
+		defer pr.wmu.Unlock()
+		_, err := pr.connect()
+		done <- err
 	}()
 	select {
 	case err := <-done:
