@@ -1,10 +1,11 @@
 package nsqbus
 
-// Publishing: one go-nsq Producer per nsqd, made on first use; Publish
-// encodes the batch, refuses what is over nsqd's message size, sends
-// the rest as MPUB commands within nsqd's body size, and maps nsqd's
-// refusals. go-nsq pipelines the commands of concurrent Publish calls on
-// each producer's connection. publisher.mu guards the producers.
+// Publishing: one producer (producer.go) per nsqd, made on first use;
+// Publish encodes the batch, refuses what is over nsqd's message size,
+// sends the rest as MPUB commands within nsqd's body size, and maps
+// nsqd's refusals. The commands of concurrent Publish calls pipeline on
+// each producer's connection. Publish runs on its caller's goroutine;
+// publisher.mu guards the producers.
 
 import (
 	"context"
