@@ -3,10 +3,13 @@ package nsqbus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,15 +129,17 @@ func TestBadNames(t *testing.T) {
 func TestTooLarge(t *testing.T) {
 	n := nsqtest.StartNSQD(t, nsqtest.Config{MaxMsgSize: 64 << 10})
 	for name, u := range map[string]string{
-		"known":   n.URL(testParams),
-		"refused": n.URL(testParams, "max_message_bytes=1048576"),
+		"known": n.URL(testParams, "max_message_bytes=1048576"), // lowered to nsqd's
+		// nsqd's limit unknown (no HTTP API there), so nsqd's default
+		// is assumed, and nsqd refuses.
+		"refused": n.URL(testParams, "http_port="+closedPort(t)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := open(t, u)
 			ctx := context.Background()
 			topic := "too-large-" + name
 			col := newCollector()
-			k, err := c.Subscribe(ctx, topic, col.handle, omnibus.Group("g"))
+			k, err := open(t, n.URL(testParams)).Subscribe(ctx, topic, col.handle, omnibus.Group("g"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,4 +221,87 @@ func TestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitAll(t, 30*time.Second, []string{m.ID}, col)
+}
+
+// TestRefusalAmidPipeline: publishers share a connection with one whose
+// messages nsqd refuses (its limit unknown here). nsqd closes the
+// connection after a refusal, and runs nothing sent after it: those
+// commands go again on a new connection; when the close resets the
+// connection (nsqd had not read the refused body) the answers in flight
+// are lost, and those Publish calls fail saying so. A publisher that
+// sends again until nil loses nothing, nothing hangs, and a large
+// message never lands.
+func TestRefusalAmidPipeline(t *testing.T) {
+	n := nsqtest.StartNSQD(t, nsqtest.Config{MaxMsgSize: 16 << 10})
+	c := open(t, n.URL(testParams, "http_port="+closedPort(t)))
+	ctx := context.Background()
+	const topic = "pipeline"
+	col := newCollector()
+	k, err := open(t, n.URL(testParams)).Subscribe(ctx, topic, col.handle, omnibus.Group("g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, k)
+	var (
+		mu            sync.Mutex
+		ids, large    []string
+		lost, refused atomic.Int64
+		wg            sync.WaitGroup
+	)
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				ms := numbered(fmt.Sprintf("small-%d", g), i*10, 10, 100)
+				for try := 0; ; try++ {
+					err := c.Publish(ctx, topic, ms...)
+					if err == nil {
+						break
+					}
+					if errors.Is(err, omnibus.ErrTooLarge) || try == 20 {
+						t.Errorf("small batch: %v", err)
+						return
+					}
+					lost.Add(1)
+				}
+				mu.Lock()
+				for _, m := range ms {
+					ids = append(ids, m.ID)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 20 {
+			m := &omnibus.Message{Body: make([]byte, 32<<10)}
+			err := c.Publish(ctx, topic, m)
+			switch {
+			case errors.Is(err, omnibus.ErrTooLarge):
+				refused.Add(1)
+			case err == nil:
+				t.Errorf("a message over nsqd's limit landed")
+			}
+			mu.Lock()
+			large = append(large, m.ID)
+			mu.Unlock()
+		}
+	})
+	wg.Wait()
+	awaitAll(t, 30*time.Second, ids, col)
+	if refused.Load() == 0 {
+		t.Errorf("no large message failed with ErrTooLarge: nsqd's refusal was never read")
+	}
+	for _, id := range large {
+		if col.missing([]string{id}) == nil {
+			t.Errorf("large message %s was delivered", id)
+		}
+	}
+	t.Logf("%d small messages landed (%d delivered twice; %d Publish calls lost their answers and went again); %d of 20 large ones refused with ErrTooLarge",
+		len(ids), col.dups(), lost.Load(), refused.Load())
+}
+
+// closedPort returns a loopback port nothing listens on.
+func closedPort(t *testing.T) string {
+	_, port, _ := net.SplitHostPort(closedAddr(t))
+	return port
 }

@@ -31,7 +31,7 @@
 //	lookup             false          true: the hosts are nsqlookupd HTTP addresses
 //	http_port          TCP port + 1   nsqd's HTTP port (direct mode), for channels, limits and lag
 //	msg_timeout        60s            how long nsqd waits for FIN before it delivers again (IDENTIFY msg_timeout)
-//	max_message_bytes  (nsqd's)       the largest message nsqd takes, as encoded; read from nsqd's --max-msg-size
+//	max_message_bytes  (nsqd's)       the largest message to send, as encoded; at most nsqd's --max-msg-size, read from it
 //	poll_interval      5s             how often consumers ask nsqlookupd for nsqds, and wait to dial a lost nsqd again
 //	dial_timeout       5s             bound on TCP connects and on each HTTP call
 //
@@ -88,20 +88,23 @@
 //
 // # Delivery semantics
 //
-// Publishing: PUB for one message, MPUB for more. A batch goes out in
-// commands of about 32 KiB (within nsqd's --max-body-size), each sent as
-// soon as it is encoded, so nsqd stores one while the next is encoded;
-// they are pipelined on one connection per nsqd and waited for
-// together. A Publish is therefore not atomic: some of its messages can
-// land and others fail (a *driver.MessageErrors). nsqd answers once the message is in
+// Publishing: PUB for one message, MPUB for more. A batch larger than
+// nsqd's --max-body-size goes out in several MPUB commands, each sent as
+// soon as it is encoded; they are pipelined on one connection per nsqd
+// and waited for together. A Publish is therefore not atomic: some of
+// its messages can land and others fail (a *driver.MessageErrors). nsqd answers once the message is in
 // the topic's memory queue or on disk: there are no replicas, so leader
 // and all are the same. With durability none Publish does not wait for
 // the answer (at most once). A message over max-msg-size once encoded
-// fails alone with ErrTooLarge, before anything is sent; if nsqd refuses
-// an MPUB as too big anyway (max_message_bytes above its limit), nothing
-// of it was stored, and each message is sent alone to find which fail.
-// nsqd closes a connection after refusing a command and runs nothing
-// sent after it, so those commands are sent again on a new connection.
+// fails alone with ErrTooLarge, before anything is sent. If nsqd refuses
+// an MPUB as too big anyway (its limit could not be read, and
+// max_message_bytes or the default is above it), nothing of it was
+// stored, and each message is sent alone to find which fail. nsqd closes
+// a connection after refusing a command and runs nothing sent after it,
+// so those commands are sent again on a new connection; but when it
+// closes before reading the refused message's body, the connection is
+// reset, the answers not yet read are lost with it, and the commands
+// waiting for them fail as below.
 // A command whose connection dropped before nsqd answered fails with an
 // error that says it may or may not be stored (at least once, if the
 // caller publishes again).

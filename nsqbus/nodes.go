@@ -208,8 +208,8 @@ func (l limits) bodyBytes() int {
 
 // readLimits reads each nsqd's limits from its /config API and keeps the
 // smallest, so a message that fits one fits all; max_message_bytes in the
-// URL sets the message size instead. What cannot be read stays at nsqd's
-// default, with a warning.
+// URL lowers the message size, or sets it when no nsqd could be read.
+// What cannot be read stays at nsqd's default, with a warning.
 func (c *conn) readLimits(ctx context.Context, nodes []node) limits {
 	l := defaultLimits
 	read := limits{}
@@ -236,7 +236,7 @@ func (c *conn) readLimits(ctx context.Context, nodes []node) limits {
 	if read.maxMsg > 0 {
 		l = read
 	}
-	if c.cfg.maxBytes > 0 {
+	if c.cfg.maxBytes > 0 && (read.maxMsg == 0 || c.cfg.maxBytes < read.maxMsg) {
 		l.maxMsg = c.cfg.maxBytes
 	}
 	return l

@@ -10,10 +10,12 @@ package nsqbus
 // reconnects (its router reads the connection that the next dial
 // writes) and can panic on an answer after a drop (go-nsq issue 345).
 //
-// producer.mu guards the connection and the queue; commands are written
-// under it, so the queue's order is the order on the wire. go-nsq calls
-// the delegate methods (OnResponse, OnError, OnClose) on the
-// connection's goroutines.
+// Locks: wmu serializes the writers (dialing, queueing and writing a
+// command), so the queue's order is the order on the wire; mu guards the
+// connection and the queue, and is never held across I/O, so the
+// connection's reader (go-nsq calls OnResponse, OnError and OnClose on
+// the connection's goroutines) takes answers off the queue while a
+// writer waits on a full socket. Order: wmu, mu.
 
 import (
 	"errors"
@@ -33,6 +35,8 @@ type producer struct {
 	c    *conn
 	addr string
 
+	wmu sync.Mutex
+
 	mu      sync.Mutex
 	nc      *nsq.Conn // nil while not connected
 	pending []*command
@@ -50,16 +54,32 @@ func newProducer(c *conn, addr string) *producer {
 	return &producer{c: c, addr: addr}
 }
 
-// connectLocked dials nsqd, sends IDENTIFY (and AUTH with the secret).
-func (p *producer) connectLocked() error {
-	nc := nsq.NewConn(p.addr, p.c.nsqConfig(), p)
+// connect returns the connection, dialing nsqd (IDENTIFY, and AUTH
+// with the secret) when there is none. The caller holds wmu.
+func (p *producer) connect() (*nsq.Conn, error) {
+	p.mu.Lock()
+	nc, closed := p.nc, p.closed
+	p.mu.Unlock()
+	switch {
+	case closed:
+		return nil, driver.ErrClosed
+	case nc != nil:
+		return nc, nil
+	}
+	nc = nsq.NewConn(p.addr, p.c.nsqConfig(), p)
 	nc.SetLogger(p.c.nsqLogger(), nsq.LogLevelWarning, "(%s)")
 	if _, err := nc.Connect(); err != nil {
 		_ = nc.Close()
-		return err
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = nc.Close()
+		return nil, driver.ErrClosed
 	}
 	p.nc, p.refused = nc, false
-	return nil
+	return nc, nil
 }
 
 // send writes cmd and returns the channel its answer comes on. An error
@@ -74,21 +94,28 @@ func (p *producer) send(cmd *nsq.Command) (<-chan error, error) {
 }
 
 func (p *producer) write(c *command) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return driver.ErrClosed
-	}
-	if p.nc == nil {
-		if err := p.connectLocked(); err != nil {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	for {
+		nc, err := p.connect()
+		if err != nil {
 			return err
 		}
+		p.mu.Lock()
+		current := p.nc == nc
+		if current {
+			p.pending = append(p.pending, c)
+		}
+		p.mu.Unlock()
+		if !current {
+			continue // the connection closed meanwhile (OnClose): dial again
+		}
+		// A failed write closes the connection (go-nsq calls
+		// OnIOError); the command is answered with the others from
+		// OnClose.
+		_ = nc.WriteCommand(c.cmd)
+		return nil
 	}
-	p.pending = append(p.pending, c)
-	// A failed write closes the connection (go-nsq calls OnIOError);
-	// the command is answered with the others from OnClose.
-	_ = p.nc.WriteCommand(c.cmd)
-	return nil
 }
 
 // answer hands the oldest pending command of nc its answer.

@@ -1,10 +1,11 @@
 package nsqbus
 
-// Publishing: one go-nsq Producer per nsqd, made on first use; Publish
-// encodes the batch, refuses what is over nsqd's message size, sends
-// the rest as MPUB commands within nsqd's body size, and maps nsqd's
-// refusals. go-nsq pipelines the commands of concurrent Publish calls on
-// each producer's connection. publisher.mu guards the producers.
+// Publishing: one producer (producer.go) per nsqd, made on first use;
+// Publish encodes the batch, refuses what is over nsqd's message size,
+// sends the rest as MPUB commands within nsqd's body size, and maps
+// nsqd's refusals. The commands of concurrent Publish calls pipeline on
+// each producer's connection. Publish runs on its caller's goroutine;
+// publisher.mu guards the producers.
 
 import (
 	"context"
@@ -57,13 +58,10 @@ func (p *publisher) ping(ctx context.Context, addr string) error {
 	}
 	done := make(chan error, 1)
 	go func() { // ends within dial_timeout and nsqd's answers
-		pr.mu.Lock()
-		defer pr.mu.Unlock()
-		if pr.nc != nil {
-			done <- nil
-			return
-		}
-		done <- pr.connectLocked()
+		pr.wmu.Lock()
+		defer pr.wmu.Unlock()
+		_, err := pr.connect()
+		done <- err
 	}()
 	select {
 	case err := <-done:
@@ -129,17 +127,11 @@ func (b *batch) command(topic string) *nsq.Command {
 	return &nsq.Command{Name: []byte("MPUB"), Params: [][]byte{[]byte(topic)}, Body: b.body}
 }
 
-// chunkBytes is the size at which a batch is sent while the next is
-// encoded: nsqd stores one while the client encodes the next, where one
-// MPUB of everything would make them take turns.
-const chunkBytes = 32 << 10
-
-// encodeBatches encodes msgs into batches of about chunkBytes, within
-// nsqd's body size, and hands each to emit as soon as it is complete. It
-// records in errs the messages over nsqd's message size, which are not
-// sent.
+// encodeBatches encodes msgs into batches within nsqd's body size, and
+// hands each to emit as soon as it is complete, so that nsqd stores one
+// while the next is encoded. It records in errs the messages over nsqd's
+// message size, which are not sent.
 func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error, emit func(*batch)) {
-	chunk := min(chunkBytes, c.limits.maxBody)
 	est := func(m *driver.Message) int {
 		return 4 + len(m.Body)/3*4 + 4 + m.Size() - len(m.Body) + 160 + 8*len(m.Headers)
 	}
@@ -147,9 +139,9 @@ func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error,
 	for _, m := range msgs {
 		left += est(m)
 	}
-	// A batch's buffer takes what is left to encode, up to a chunk and
-	// a message more: a message longer than that grows it.
-	newBatch := func() *batch { return &batch{body: make([]byte, 4, min(left, chunk+2<<10))} }
+	// A batch's buffer takes what is left to encode, up to the body
+	// size; a message that does not fit starts the next batch.
+	newBatch := func() *batch { return &batch{body: make([]byte, 4, min(left, c.limits.maxBody))} }
 	cur := newBatch()
 	for i, m := range msgs {
 		left -= est(m)
@@ -174,10 +166,6 @@ func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error,
 		binary.BigEndian.PutUint32(cur.body[start:], uint32(n))
 		cur.idx = append(cur.idx, i)
 		cur.offs = append(cur.offs, start+4)
-		if len(cur.body) >= chunk && i < len(msgs)-1 {
-			emit(cur)
-			cur = newBatch()
-		}
 	}
 	if len(cur.idx) > 0 {
 		emit(cur)

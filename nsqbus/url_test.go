@@ -13,7 +13,7 @@ import (
 func TestParseConfig(t *testing.T) {
 	for raw, want := range map[string]config{
 		"nsq://a":                       {hosts: []string{"a:4150"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
-		"nsq://a:1,b":                   {hosts: []string{"a:1", "b:4150"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
+		"nsq://b,a:1":                   {hosts: []string{"b:4150", "a:1"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
 		"nsq://[::1]:3":                 {hosts: []string{"[::1]:3"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
 		"nsq://[::1]":                   {hosts: []string{"[::1]:4150"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
 		"nsq://l1,l2:5?lookup=true":     {lookup: true, hosts: []string{"l1:4161", "l2:5"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
