@@ -139,8 +139,8 @@ type proc struct {
 // children starts and kills child processes of a test; Cleanup kills
 // those left.
 type children struct {
-	t     testing.TB
-	mu    sync.Mutex
+	t      testing.TB
+	mu     sync.Mutex
 	procs  map[string]*proc
 	kills  int
 	killed map[int]time.Time // killed processes' IDs: when they were killed
