@@ -49,6 +49,11 @@ type (
 	TransferState struct {
 		From, To, Amount int
 		Outcome          string
+		// The process that set the settle timeout, and when it fired:
+		// the scenario counts the timeouts that fired after the process
+		// that set them was killed.
+		TimeoutSetBy int
+		TimeoutFired time.Time
 	}
 )
 
@@ -203,6 +208,7 @@ func transferSaga(b *bus.Bus, st *sqlbus.SQLStore) error {
 			return settle(ctx, i, "rejected")
 		}),
 		sqlbus.Handle(s, sqlbus.Events("bank"), nil, func(ctx context.Context, i *inst, m Credited) error {
+			i.State.TimeoutSetBy = os.Getpid()
 			return i.Timeout(ctx, "settle", 300*time.Millisecond)
 		}),
 		sqlbus.Handle(s, sqlbus.Events("bank"), nil, func(ctx context.Context, i *inst, m CreditRejected) error {
@@ -218,6 +224,7 @@ func transferSaga(b *bus.Bus, st *sqlbus.SQLStore) error {
 		}
 	}
 	s.OnTimeout(func(ctx context.Context, i *inst, name string) error {
+		i.State.TimeoutFired = time.Now()
 		i.Complete()
 		return settle(ctx, i, "completed")
 	})

@@ -139,14 +139,15 @@ type proc struct {
 // children starts and kills child processes of a test; Cleanup kills
 // those left.
 type children struct {
-	t     testing.TB
-	mu    sync.Mutex
-	procs map[string]*proc
-	kills int
+	t      testing.TB
+	mu     sync.Mutex
+	procs  map[string]*proc
+	kills  int
+	killed map[int]time.Time // killed processes' IDs: when they were killed
 }
 
 func newChildren(t testing.TB) *children {
-	cs := &children{t: t, procs: map[string]*proc{}}
+	cs := &children{t: t, procs: map[string]*proc{}, killed: map[int]time.Time{}}
 	t.Cleanup(func() {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
@@ -233,6 +234,17 @@ func (cs *children) kill(name string) {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+	cs.mu.Lock()
+	cs.killed[p.cmd.Process.Pid] = time.Now()
+	cs.mu.Unlock()
+}
+
+// killedAt returns when process pid was killed, if it was.
+func (cs *children) killedAt(pid int) (time.Time, bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	t, ok := cs.killed[pid]
+	return t, ok
 }
 
 // exited returns the output of a child that ended by itself, if any.

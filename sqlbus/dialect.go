@@ -68,8 +68,16 @@ func (d Dialect) migrations() [][]string {
 		}
 		return "", "CREATE INDEX IF NOT EXISTS " + name + " ON " + table + " (" + cols + ")" + where
 	}
-	pendingIn, pending := index("{p}outbox_pending", "{p}outbox", "lane, sent_us, id", "sent_us IS NULL")
-	sentIn, sent := index("{p}outbox_sent", "{p}outbox", "sent_us", "sent_us IS NOT NULL")
+	// Relays read a lane's messages not sent in id order (pending), the
+	// lanes with messages due and the next due time (due), and delete
+	// sent messages by age (sent; due serves where indexes cannot be
+	// partial). Each index holds what its query reads.
+	pendingIn, pending := index("{p}outbox_pending", "{p}outbox", "lane, sent_us, id, due_us", "sent_us IS NULL")
+	dueIn, due := index("{p}outbox_due", "{p}outbox", "sent_us, due_us, lane", "sent_us IS NULL")
+	sentIn, sent := "", ""
+	if d == Postgres {
+		sentIn, sent = index("{p}outbox_sent", "{p}outbox", "sent_us", "sent_us IS NOT NULL")
+	}
 	handledIn, handled := index("{p}inbox_handled", "{p}inbox", "handled_us", "")
 	lanes := make([]string, defaultLanes)
 	for i := range lanes {
@@ -90,9 +98,9 @@ func (d Dialect) migrations() [][]string {
   body ` + bytes + ` NOT NULL,
   created_us BIGINT NOT NULL,
   due_us BIGINT NOT NULL,
-  sent_us BIGINT` + pendingIn + sentIn + `
+  sent_us BIGINT` + pendingIn + dueIn + sentIn + `
 )` + tail,
-		pending, sent,
+		pending, due, sent,
 		`CREATE TABLE IF NOT EXISTS {p}outbox_lane (
   lane INTEGER NOT NULL PRIMARY KEY,
   served_us BIGINT NOT NULL

@@ -133,3 +133,65 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// TestInboxBatch: a batch handler gets the messages of a batch whose IDs
+// are not recorded, in one transaction; a failure rolls the whole batch
+// back, and its messages come again.
+func TestInboxBatch(t *testing.T) {
+	each(t, func(t *testing.T, st *sqlbus.SQLStore) {
+		const commands = 40
+		ctx := testCtx(t, time.Minute)
+		c := openBus(t, "mem://"+st.Prefix())
+		b, err := bus.New(c, "acct", bus.Namespace(st.Prefix()+"ns"), bus.UseSend(sqlbus.Outbox(st)), bus.Use(sqlbus.Inbox(st)),
+			bus.SubscribeCommands(omnibus.Batch(10, 1<<20, 20*time.Millisecond), omnibus.Backoff(5*time.Millisecond, 20*time.Millisecond)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		handled := map[string]int{} // committed handlings, by ID
+		failedOnce := false
+		if err := bus.HandleCommandBatch(b, func(ctx context.Context, items []bus.Item[deposit]) error {
+			if items[0].Tx() == nil {
+				return omnibus.Permanent(errors.New("no transaction"))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !failedOnce && len(items) > 1 {
+				failedOnce = true
+				return &omnibus.BatchError{Errs: append([]error{errors.New("injected")}, make([]error, len(items)-1)...)}
+			}
+			for _, it := range items {
+				handled[it.ID()]++ // the commit follows: no failure can come after this
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		for i := range commands {
+			m := &omnibus.Message{ID: fmt.Sprint("dep-", i%(commands/2)), Key: fmt.Sprint(i % 3), Type: "sqlbus_test.deposit", ContentType: "application/json", Body: []byte(`{"n":1}`)}
+			if err := c.Publish(ctx, b.CommandTopic("acct"), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		transporttest.Eventually(t, 20*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(handled) == commands/2
+		}, func() string { return fmt.Sprintf("%d IDs handled of %d", len(handled), commands/2) })
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		for id, n := range handled {
+			if n != 1 {
+				t.Errorf("%s handled %d times, want once", id, n)
+			}
+		}
+		if !failedOnce {
+			t.Error("no batch failed: the rollback was not tested")
+		}
+	})
+}

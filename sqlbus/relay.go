@@ -33,6 +33,7 @@ type Relay struct {
 	topics sync.Map // topic -> struct{}: created with CreateTopic
 
 	published, batches, failures, cleaned atomic.Int64
+	unheard                               atomic.Bool // the listener gave up: no notifications
 }
 
 type relayConfig struct {
@@ -187,6 +188,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() {
 			if err := n.Listen(ctx, r.sig.fire); err != nil && ctx.Err() == nil {
 				r.cfg.log.Warn("sqlbus: relay polls: no notifications", "error", err)
+				r.unheard.Store(true) // poll at the short interval
 			}
 		})
 	}
@@ -225,6 +227,9 @@ func (r *Relay) work(ctx context.Context, poll time.Duration) {
 			continue
 		}
 		d := poll
+		if r.unheard.Load() && r.cfg.poll == 0 {
+			d = min(d, 100*time.Millisecond)
+		}
 		if busy || time.Since(last) < hotFor {
 			d = min(d, hotPoll) // publishers may not notify: see InsertOutbox
 		}

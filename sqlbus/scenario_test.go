@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,8 +30,16 @@ import (
 const (
 	bankAccounts = 50
 	bankBalance  = 1000
-	bankKills    = 5
 )
+
+// bankKills is how many times the scenario kills a child; SQLBUS_BANK_KILLS
+// sets it (0, to tell a failure's cause).
+var bankKills = func() int {
+	if n, err := strconv.Atoi(os.Getenv("SQLBUS_BANK_KILLS")); err == nil && n >= 0 {
+		return n
+	}
+	return 5
+}()
 
 var bankTransfers = func() int {
 	if n, err := strconv.Atoi(os.Getenv("SQLBUS_TRANSFERS")); err == nil && n > 0 {
@@ -156,13 +165,15 @@ func bankScenario(t *testing.T, tr scenarioTransport, db database) {
 			return nil
 		}()
 	}()
-	kills := bankKills
-	if k := os.Getenv("SQLBUS_BANK_KILLS"); k != "" { // for debugging
-		kills, _ = strconv.Atoi(k)
-	}
-	for range kills {
+	// Every child is killed at least once, then random ones.
+	order := slices.Clone(names)
+	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for k := range bankKills {
 		time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
 		n := names[rand.IntN(len(names))]
+		if k < len(order) {
+			n = order[k]
+		}
 		cs.kill(n)
 		cs.start(n, cfgs[n])
 	}
@@ -177,7 +188,7 @@ func bankScenario(t *testing.T, tr scenarioTransport, db database) {
 		if out, ok := cs.exited(); ok {
 			t.Fatal(out)
 		}
-		problems, outcomes = checkBank(ctx, t, st, bankPrefix, audit)
+		problems, outcomes = checkBank(ctx, t, st, bankPrefix, audit, cs)
 		return len(problems) == 0
 	}, func() string { return fmt.Sprintf("%d problems: %v", len(problems), problems) })
 	audit.mu.Lock()
@@ -189,7 +200,7 @@ func bankScenario(t *testing.T, tr scenarioTransport, db database) {
 
 // checkBank returns what is wrong with the bank now (nothing once the
 // scenario is done) and the transfers' outcomes.
-func checkBank(ctx context.Context, t *testing.T, st *sqlbus.SQLStore, bp string, audit *collector) ([]string, map[string]int) {
+func checkBank(ctx context.Context, t *testing.T, st *sqlbus.SQLStore, bp string, audit *collector, cs *children) ([]string, map[string]int) {
 	var problems []string
 	add := func(format string, args ...any) {
 		if len(problems) < 10 {
@@ -229,6 +240,9 @@ func checkBank(ctx context.Context, t *testing.T, st *sqlbus.SQLStore, bp string
 		}
 		outcome[key] = s.Outcome
 		counts[status+"/"+s.Outcome]++
+		if at, ok := cs.killedAt(s.TimeoutSetBy); ok && s.TimeoutFired.After(at) {
+			counts["timeouts fired after their setter was killed"]++
+		}
 		return nil
 	})
 	if len(outcome) != bankTransfers {
@@ -282,6 +296,9 @@ func checkBank(ctx context.Context, t *testing.T, st *sqlbus.SQLStore, bp string
 	}
 	if n, err := st.Pending(ctx); err != nil || n != 0 {
 		add("%d messages in the outbox (%v)", n, err)
+	}
+	if bankKills >= 4 && counts["timeouts fired after their setter was killed"] == 0 { // both bank instances were killed
+		add("no settle timeout fired after the process that set it was killed")
 	}
 	sort.Strings(problems)
 	return problems, counts

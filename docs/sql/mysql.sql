@@ -22,8 +22,8 @@ CREATE TABLE IF NOT EXISTS omnibus_outbox (
   created_us BIGINT NOT NULL,
   due_us BIGINT NOT NULL,
   sent_us BIGINT,
-  INDEX omnibus_outbox_pending (lane, sent_us, id),
-  INDEX omnibus_outbox_sent (sent_us)
+  INDEX omnibus_outbox_pending (lane, sent_us, id, due_us),
+  INDEX omnibus_outbox_due (sent_us, due_us, lane)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE TABLE IF NOT EXISTS omnibus_outbox_lane (
   lane INTEGER NOT NULL PRIMARY KEY,

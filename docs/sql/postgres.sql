@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS omnibus_outbox (
   due_us BIGINT NOT NULL,
   sent_us BIGINT
 );
-CREATE INDEX IF NOT EXISTS omnibus_outbox_pending ON omnibus_outbox (lane, sent_us, id) WHERE sent_us IS NULL;
+CREATE INDEX IF NOT EXISTS omnibus_outbox_pending ON omnibus_outbox (lane, sent_us, id, due_us) WHERE sent_us IS NULL;
+CREATE INDEX IF NOT EXISTS omnibus_outbox_due ON omnibus_outbox (sent_us, due_us, lane) WHERE sent_us IS NULL;
 CREATE INDEX IF NOT EXISTS omnibus_outbox_sent ON omnibus_outbox (sent_us) WHERE sent_us IS NOT NULL;
 CREATE TABLE IF NOT EXISTS omnibus_outbox_lane (
   lane INTEGER NOT NULL PRIMARY KEY,

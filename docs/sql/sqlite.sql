@@ -23,8 +23,8 @@ CREATE TABLE IF NOT EXISTS omnibus_outbox (
   due_us BIGINT NOT NULL,
   sent_us BIGINT
 );
-CREATE INDEX IF NOT EXISTS omnibus_outbox_pending ON omnibus_outbox (lane, sent_us, id);
-CREATE INDEX IF NOT EXISTS omnibus_outbox_sent ON omnibus_outbox (sent_us);
+CREATE INDEX IF NOT EXISTS omnibus_outbox_pending ON omnibus_outbox (lane, sent_us, id, due_us);
+CREATE INDEX IF NOT EXISTS omnibus_outbox_due ON omnibus_outbox (sent_us, due_us, lane);
 CREATE TABLE IF NOT EXISTS omnibus_outbox_lane (
   lane INTEGER NOT NULL PRIMARY KEY,
   served_us BIGINT NOT NULL
