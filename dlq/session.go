@@ -33,10 +33,10 @@ type session struct {
 	ordered   bool             // lanes are settled in order (see settle)
 	lag       func(ctx context.Context) ([]driver.LaneLag, error)
 	republish func(ctx context.Context, ds []*driver.Delivery) ([]string, error) // appends copies to the topic
-	window    int                                                    // most deliveries held
-	bytes     int                                                    // most bytes (Message.Size) held
-	idle      time.Duration                                          // quiet time after which an unknown lag means drained
-	wait      time.Duration                                          // quiet time after which the read ends whatever the lag says
+	window    int                                                                // most deliveries held
+	bytes     int                                                                // most bytes (Message.Size) held
+	idle      time.Duration                                                      // quiet time after which an unknown lag means drained
+	wait      time.Duration                                                      // quiet time after which the read ends whatever the lag says
 
 	want   chan driver.Room
 	got    chan fetched
@@ -51,9 +51,9 @@ type session struct {
 	mu      sync.Mutex
 	lanes   map[string]*laneHeld
 	entries map[*driver.Delivery]*entry
-	held    int            // entries in lanes
-	size    int            // their Message.Size, as received
-	moved   int            // unselected deliveries appended again to pass them
+	held    int             // entries in lanes
+	size    int             // their Message.Size, as received
+	moved   int             // unselected deliveries appended again to pass them
 	copies  map[string]bool // IDs of the copies appended, not read yet
 }
 
