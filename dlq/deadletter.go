@@ -29,6 +29,13 @@ const (
 	HeaderReplayedID = "omnibus-replayed-id"
 )
 
+// HeaderMovedID is the ID of a dead letter the tools appended to an
+// ordered dead-letter topic again (see the package documentation): the
+// copy travels under an ID of its own, since a transport that drops a
+// message whose ID it saw lately (JetStream) would drop it, and is read
+// back with this ID.
+const HeaderMovedID = "omnibus-moved-id"
+
 // deadHeaders are the headers the engine adds when it dead-letters a
 // message; a replay leaves them out, so the message goes back as it was
 // published, with the replay headers added.
@@ -102,6 +109,9 @@ func parse(d *driver.Delivery) *DeadLetter {
 	if dl.Headers == nil {
 		dl.Headers = map[string]string{}
 	}
+	if id := h[HeaderMovedID]; id != "" {
+		dl.ID = id
+	}
 	dl.Attempts, _ = strconv.Atoi(h[omnibus.HeaderDeadAttempts])
 	dl.Replays, _ = strconv.Atoi(h[HeaderReplays])
 	if dl.OriginalID = h[HeaderReplayedID]; dl.OriginalID == "" {
@@ -123,6 +133,7 @@ func (dl *DeadLetter) replayMessage(from string, at time.Time) *omnibus.Message 
 	for _, k := range deadHeaders {
 		delete(h, k)
 	}
+	delete(h, HeaderMovedID)
 	h[HeaderReplayedFrom] = from
 	h[HeaderReplayedAt] = at.UTC().Format(time.RFC3339Nano)
 	h[HeaderReplays] = strconv.Itoa(dl.Replays + 1)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/omnibus-go/omnibus"
@@ -191,8 +192,8 @@ func (r *run) take(ctx context.Context, ds []*driver.Delivery) error {
 		r.p.Read++
 		dl := parse(d)
 		if !r.filter.Match(dl) {
-			if r.s.acker != nil {
-				d.Body = nil // held for its place only; a log's are appended again
+			if !r.s.ordered {
+				d.Body = nil // held for its place only; an ordered lane's may be appended again
 			}
 			continue
 		}
@@ -321,14 +322,24 @@ func (q *Queue) publish(ctx context.Context, topic string, ds []*driver.Delivery
 	return landed, err
 }
 
-// append publishes copies of ds, as they are, to the dead-letter topic.
-func (q *Queue) append(ctx context.Context, ds []*driver.Delivery) error {
+// append publishes copies of ds, as they are but for their ID (see
+// HeaderMovedID), to the dead-letter topic, and returns their IDs.
+func (q *Queue) append(ctx context.Context, ds []*driver.Delivery) ([]string, error) {
 	msgs := make([]*omnibus.Message, len(ds))
+	ids := make([]string, len(ds))
 	for i, d := range ds {
-		msgs[i] = &omnibus.Message{ID: d.ID, Key: d.Key, Type: d.Type, Source: d.Source, Time: d.Time,
-			ContentType: d.ContentType, Headers: d.Headers, Body: d.Body}
+		h := maps.Clone(d.Headers)
+		if h == nil {
+			h = map[string]string{}
+		}
+		if h[HeaderMovedID] == "" {
+			h[HeaderMovedID] = d.ID
+		}
+		ids[i] = omnibus.NewID()
+		msgs[i] = &omnibus.Message{ID: ids[i], Key: d.Key, Type: d.Type, Source: d.Source, Time: d.Time,
+			ContentType: d.ContentType, Headers: h, Body: d.Body}
 	}
-	return q.client.Publish(ctx, q.topic, msgs...)
+	return ids, q.client.Publish(ctx, q.topic, msgs...)
 }
 
 // check makes sure a replay to topic reaches someone: the topic exists

@@ -30,12 +30,13 @@ type session struct {
 	sub       driver.Subscriber
 	acker     driver.Acker     // brokers: settled messages are acknowledged
 	committer driver.Committer // logs: the settled prefix of a lane is committed
+	ordered   bool             // lanes are settled in order (see settle)
 	lag       func(ctx context.Context) ([]driver.LaneLag, error)
-	republish func(ctx context.Context, ds []*driver.Delivery) error // appends copies to the topic
-	window    int                                                    // most deliveries held
-	bytes     int                                                    // most bytes (Message.Size) held
-	idle      time.Duration                                          // quiet time after which an unknown lag means drained
-	wait      time.Duration                                          // quiet time after which the read ends whatever the lag says
+	republish func(ctx context.Context, ds []*driver.Delivery) ([]string, error) // appends copies to the topic
+	window    int                                                                // most deliveries held
+	bytes     int                                                                // most bytes (Message.Size) held
+	idle      time.Duration                                                      // quiet time after which an unknown lag means drained
+	wait      time.Duration                                                      // quiet time after which the read ends whatever the lag says
 
 	want   chan driver.Room
 	got    chan fetched
@@ -50,10 +51,10 @@ type session struct {
 	mu      sync.Mutex
 	lanes   map[string]*laneHeld
 	entries map[*driver.Delivery]*entry
-	held    int            // entries in lanes
-	size    int            // their Message.Size, as received
-	moved   int            // unselected deliveries appended again to pass them
-	copies  map[string]int // IDs appended again whose copy was not read yet
+	held    int             // entries in lanes
+	size    int             // their Message.Size, as received
+	moved   int             // unselected deliveries appended again to pass them
+	copies  map[string]bool // IDs of the copies appended, not read yet
 }
 
 // laneHeld is what the session holds of one claimed lane, in the order
@@ -81,8 +82,9 @@ type sessionOptions struct {
 	bytes  int
 	idle   time.Duration
 	wait   time.Duration
-	// republish appends copies of deliveries to the topic (see settle).
-	republish func(ctx context.Context, ds []*driver.Delivery) error
+	// republish appends copies of deliveries to the topic (see settle)
+	// and returns their IDs.
+	republish func(ctx context.Context, ds []*driver.Delivery) ([]string, error)
 }
 
 // openSession joins the dead-letter topic's own group (named after the
@@ -92,7 +94,7 @@ func openSession(ctx context.Context, conn driver.Conn, topic string, o sessionO
 		topic: topic, window: o.window, bytes: o.bytes, idle: o.idle, wait: o.wait, republish: o.republish,
 		want: make(chan driver.Room), got: make(chan fetched),
 		done: make(chan struct{}), lanes: map[string]*laneHeld{}, entries: map[*driver.Delivery]*entry{},
-		copies: map[string]int{}, last: time.Now(),
+		copies: map[string]bool{}, last: time.Now(),
 	}
 	start := driver.StartLatest
 	if conn.Capabilities().Replay {
@@ -115,10 +117,13 @@ func openSession(ctx context.Context, conn driver.Conn, topic string, o sessionO
 		_ = sub.Close()
 		return nil, fmt.Errorf("dlq: read %q: the transport's subscriber neither acknowledges nor commits: %w", topic, driver.ErrUnsupported)
 	}
-	if r, ok := sub.(driver.LagReader); ok {
-		s.lag = r.Lag
-	} else if g, ok := conn.(driver.GroupLagReader); ok {
+	s.ordered = s.committer != nil || conn.Capabilities().Ordered
+	// The group's lag on every lane, those the session does not hold
+	// yet included (lanes of leases are claimed one at a time).
+	if g, ok := conn.(driver.GroupLagReader); ok {
 		s.lag = func(ctx context.Context) ([]driver.LaneLag, error) { return g.GroupLag(ctx, topic, Group(topic)) }
+	} else if r, ok := sub.(driver.LagReader); ok {
+		s.lag = r.Lag
 	}
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
@@ -206,21 +211,24 @@ func (s *session) room() driver.Room {
 	return driver.Room{Count: s.window - s.held, Bytes: max(0, s.bytes-s.size), Oversize: s.held == 0}
 }
 
-// drained reports whether the read is over (see next).
+// drained reports whether the read is over (see next). A lane whose lag
+// is unknown while others' are known (a JetStream partition's consumer
+// being reset at its floor) keeps the read going, up to the wait.
 func (s *session) drained(ctx context.Context) bool {
 	quiet := time.Since(s.last)
 	if quiet >= s.wait {
 		return true
 	}
-	if s.lag != nil {
-		lctx, cancel := context.WithTimeout(ctx, time.Second)
-		lags, err := s.lag(lctx)
-		cancel()
-		if n, ok := total(lags, err); ok {
-			return n <= int64(s.heldCount())
-		}
+	if s.lag == nil {
+		return quiet >= s.idle
 	}
-	return quiet >= s.idle
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	lags, err := s.lag(lctx)
+	cancel()
+	if n, ok := total(lags, err); ok {
+		return n <= int64(s.heldCount())
+	}
+	return (err != nil || len(lags) == 0) && quiet >= s.idle
 }
 
 // left reads how many messages the group has left to settle: its lag,
@@ -279,15 +287,15 @@ func (s *session) hold(ds []*driver.Delivery) []*driver.Delivery {
 	return out
 }
 
-// isCopy reports whether d is (most likely) the copy of a dead letter
-// the session appended again: it is held, and not read as a new one.
+// isCopy reports whether d is the copy of a dead letter the session
+// appended again: it is held, and not read as a new one.
 func (s *session) isCopy(d *driver.Delivery) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.copies[d.ID] == 0 {
+	if !s.copies[d.ID] {
 		return false
 	}
-	s.copies[d.ID]--
+	delete(s.copies, d.ID)
 	return true
 }
 
@@ -304,18 +312,20 @@ func (s *session) claimed(ds []*driver.Delivery) []*driver.Delivery {
 	return out
 }
 
-// settle removes ds from the topic. A broker acknowledges them. On a
-// log the group's position passes every settled message up to the first
-// one still held in its lane; so that it can pass them all, the held
-// (unselected) messages before the lane's last settled one are first
-// appended to the topic again, to stay in it after the position. The
-// caller holds s.work.
+// settle removes ds from the topic. On unordered lanes each message is
+// acknowledged by itself. Ordered lanes are settled in order: a log's
+// committed position passes a lane's messages in order, and a broker
+// whose ordered lanes change hands at their acknowledgement floor (a
+// JetStream partition) delivers again what was acknowledged above it.
+// So that they pass what was settled, the held (unselected) messages
+// before a lane's last settled one are first appended to the topic
+// again, to stay in it after the position. The caller holds s.work.
 func (s *session) settle(ctx context.Context, ds []*driver.Delivery) error {
 	ds = s.claimed(ds)
 	if len(ds) == 0 {
 		return nil
 	}
-	if s.acker != nil {
+	if !s.ordered {
 		if err := s.acker.Ack(ctx, ds); err != nil {
 			return fmt.Errorf("dlq: acknowledge in %q: %w", s.topic, err)
 		}
@@ -349,43 +359,49 @@ func (s *session) settle(ctx context.Context, ds []*driver.Delivery) error {
 	}
 	s.mu.Unlock()
 	if len(move) > 0 {
-		if err := s.republish(ctx, move); err != nil {
+		ids, err := s.republish(ctx, move)
+		if err != nil {
 			return fmt.Errorf("dlq: append the %d dead letters left before them to %q again: %w", len(move), s.topic, err)
 		}
 		s.mu.Lock()
-		for _, d := range move {
+		for i, d := range move {
 			if e := s.entries[d]; e != nil {
 				e.settled = true
 			}
-		}
-		for _, d := range move {
-			s.copies[d.ID]++
+			s.copies[ids[i]] = true
 		}
 		s.moved += len(move)
 		s.mu.Unlock()
 	}
 	s.mu.Lock()
+	var passed []*driver.Delivery // in lane order
 	var commits []*driver.Delivery
 	for id := range touched {
 		l := s.lanes[id]
 		if l == nil {
 			continue // revoked meanwhile
 		}
-		var passed *driver.Delivery
+		var last *driver.Delivery
 		for len(l.entries) > 0 && l.entries[0].settled {
-			passed = l.entries[0].d
-			s.dropLocked(passed)
+			last = l.entries[0].d
+			passed = append(passed, last)
+			s.dropLocked(last)
 		}
-		if passed != nil {
-			commits = append(commits, passed)
+		if last != nil {
+			commits = append(commits, last)
 		}
 	}
 	s.mu.Unlock()
-	if len(commits) == 0 {
-		return nil
+	var err error
+	switch {
+	case len(passed) == 0:
+	case s.acker != nil:
+		err = s.acker.Ack(ctx, passed)
+	default:
+		err = s.committer.Commit(ctx, commits)
 	}
-	if err := s.committer.Commit(ctx, commits); err != nil {
-		return fmt.Errorf("dlq: commit in %q: %w", s.topic, err)
+	if err != nil {
+		return fmt.Errorf("dlq: settle in %q: %w", s.topic, err)
 	}
 	return nil
 }
