@@ -4,20 +4,22 @@
 # fresh machine will not have them. What it may change on the machine:
 #   - installs, as root with apt-get, the Debian packages kcat (librdkafka's
 #     command-line client, for the Kafka interop test), rabbitmq-server,
-#     nats-server and redis-server, when their commands are missing;
-#   - starts RabbitMQ (rabbitmq-server -detached, 127.0.0.1:5672), NATS
-#     with JetStream (127.0.0.1:4222, store /var/lib/nats-server, log
-#     /var/log/nats-server.log) and Redis (127.0.0.1:6379, nothing kept on
-#     disk) when nothing listens on their ports;
+#     nats-server, redis-server, postgresql, mariadb-server, nodejs and
+#     npm, when their commands are missing, and the npm packages
+#     kinesalite and dynalite into ~/.cache/omnibus-npm;
+#   - starts, when nothing listens on their ports, all on 127.0.0.1:
+#     RabbitMQ (rabbitmq-server -detached, 5672), NATS with JetStream
+#     (4222, store /var/lib/nats-server, log /var/log/nats-server.log),
+#     Redis (6379, nothing kept on disk), PostgreSQL (5432), MariaDB
+#     (3306), kinesalite (4567) and dynalite (4568);
+#   - for a PostgreSQL or MariaDB it starts: trusts local TCP connections
+#     to PostgreSQL (pg_hba.conf), gives MariaDB's root@localhost an empty
+#     password, and creates the databases named test;
 #   - enables RabbitMQ's rabbitmq_consistent_hash_exchange plugin (for the
 #     partitioned mode), which the broker remembers in its enabled-plugins
 #     file.
-#   - checks that PostgreSQL (5432) and MariaDB (3306) answer, and says how
-#     to start them when they do not (it does not install or start them).
 # Nothing it cannot do stops it outside CI: the tests that need what is
 # missing say so and are skipped (in CI, with CI set, they fail).
-#   - installs nodejs and npm (apt-get) and kinesalite and dynalite (npm,
-#     into ~/.cache/omnibus-npm) and starts them on 127.0.0.1:4567 and 4568.
 # Kafka itself runs in-process (kfake); the embedded NATS server needs
 # nothing installed, nor do nsqd and nsqlookupd, which the NSQ tests run
 # from the nsq module's packages (internal/nsqtest). After the tests,
@@ -117,15 +119,49 @@ need_pkg redis-server redis-server
 
 # PostgreSQL (127.0.0.1:5432, user postgres without a password, database
 # test) and MariaDB (127.0.0.1:3306, root without a password, database
-# test) for package sqlbus: checked, not installed or started; in CI a
-# missing one fails.
+# test) for package sqlbus. When nothing listens there and this is root:
+# installs postgresql and mariadb-server with apt-get when missing, starts
+# them, lets local TCP connections to PostgreSQL in without a password
+# (trust, in the cluster's pg_hba.conf), gives MariaDB's root@localhost an
+# empty password, and creates the databases named test. A machine whose
+# servers already answer is left as it is.
+start_postgres() {
+  need_pkg pg_ctlcluster postgresql
+  command -v pg_lsclusters >/dev/null 2>&1 || return 0
+  local ver
+  ver=$(pg_lsclusters -h 2>/dev/null | awk 'NR == 1 { print $1 }')
+  [ -n "$ver" ] || return 0
+  local hba=/etc/postgresql/$ver/main/pg_hba.conf
+  if [ -f "$hba" ] && ! grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+    log "letting local TCP connections into PostgreSQL without a password ($hba)"
+    sed -i '1i host all all 127.0.0.1/32 trust' "$hba"
+  fi
+  log "starting PostgreSQL $ver"
+  pg_ctlcluster "$ver" main start >/dev/null 2>&1 || pg_ctlcluster "$ver" main reload >/dev/null 2>&1 || true
+  wait_port 5432 30 || { log "PostgreSQL did not come up on 5432"; return 0; }
+  su postgres -c "psql -qtAc \"SELECT 1 FROM pg_database WHERE datname = 'test'\"" 2>/dev/null | grep -q 1 ||
+    su postgres -c "createdb test" >/dev/null 2>&1 || log "could not create PostgreSQL database test"
+}
+start_mariadb() {
+  need_pkg mariadbd mariadb-server
+  command -v mariadbd >/dev/null 2>&1 || return 0
+  log "starting MariaDB"
+  service mariadb start >/dev/null 2>&1 || service mysql start >/dev/null 2>&1 || true
+  wait_port 3306 30 || { log "MariaDB did not come up on 3306"; return 0; }
+  mariadb -uroot -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD(''); CREATE DATABASE IF NOT EXISTS test" >/dev/null 2>&1 ||
+    log "could not give MariaDB's root an empty password and create database test"
+}
+if [ "$(id -u)" = 0 ]; then
+  port_open 5432 || start_postgres
+  port_open 3306 || start_mariadb
+fi
 db_missing=
 if ! port_open 5432; then
-  log "PostgreSQL does not answer on 127.0.0.1:5432; start it with: pg_ctlcluster 15 main start (Debian: apt-get install postgresql; trust local connections and createdb -U postgres test)"
+  log "PostgreSQL does not answer on 127.0.0.1:5432 (as root this script installs and starts it)"
   db_missing=1
 fi
 if ! port_open 3306; then
-  log "MariaDB does not answer on 127.0.0.1:3306; start it with: service mariadb start (Debian: apt-get install mariadb-server; mysql -uroot -e 'CREATE DATABASE test')"
+  log "MariaDB does not answer on 127.0.0.1:3306 (as root this script installs and starts it)"
   db_missing=1
 fi
 if [ -n "$db_missing" ]; then
