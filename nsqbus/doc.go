@@ -169,7 +169,12 @@
 // Open connects to the first nsqd (direct mode: IDENTIFY, and AUTH with
 // the secret) or asks the nsqlookupds for their nsqds, so an unreachable
 // cluster or a refused secret fails there, within dial_timeout and the
-// context, naming the address. A topic or group name NSQ cannot take
+// context, naming the address. In direct mode Subscribe fails when one
+// of the URL's nsqds cannot be reached (go-nsq dials an nsqd again only
+// after losing a connection it had), and a consumer that lost one dials
+// it every poll_interval (go-nsq's wait is not cut short by Close, so
+// its goroutine may outlive Close by up to poll_interval). A topic or
+// group name NSQ cannot take
 // wraps driver.ErrInvalid; an oversized message ErrTooLarge; a Publish
 // that reached no nsqd ErrRetryable.
 //

@@ -84,5 +84,10 @@ func TestNSQCommands(t *testing.T) {
 	if m["transport"] != "nsq" || m["publish_msgs_per_s"].(float64) <= 0 || m["consume_msgs_per_s"].(float64) <= 0 {
 		t.Errorf("bench JSON %v: want transport nsq and rates", m)
 	}
-	_ = nsqtest.Post(nsqServer.nsqd.HTTPAddr(), "/topic/delete", url.Values{"topic": {topic + "-bench"}})
+	if m["baseline"] != "go-nsq" || m["raw_publish_msgs_per_s"] == nil || m["raw_consume_msgs_per_s"] == nil {
+		t.Errorf("bench JSON %v: want the go-nsq baseline's rates", m)
+	}
+	for _, name := range []string{topic + "-bench", topic + "-bench-raw"} {
+		_ = nsqtest.Post(nsqServer.nsqd.HTTPAddr(), "/topic/delete", url.Values{"topic": {name}})
+	}
 }
