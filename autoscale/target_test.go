@@ -233,7 +233,7 @@ func TestTwoConsumersShareTheNeed(t *testing.T) {
 	}
 	a, b := ks[0].Members(), ks[1].Members()
 	for i, d := range last {
-		t.Logf("consumer %d: %d members, group %d, need %d: %s", i, ks[i].Members(), d.Group, d.GroupDesired, d.Reason)
+		t.Logf("consumer %d: %d members, group %d, need %d: %s", i, ks[i].Members(), d.Members, d.GroupDesired, d.Reason)
 	}
 	need := last[0].GroupDesired
 	if need < 3 || last[1].GroupDesired != need || a+b != need {
@@ -250,5 +250,40 @@ func publishBacklog(t *testing.T, c *omnibus.Client, topic string, n int) {
 	}
 	if err := c.Publish(context.Background(), topic, ms...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// hookRecorder is a DecisionHook.
+type hookRecorder struct{ recorder }
+
+func (h *hookRecorder) OnDecision(d autoscale.Decision) { h.add(d) }
+
+// TestDecisionHook: a hook in Policy.Hooks sees every decision, named by
+// the consumer's topic and group; a hook of another kind is ignored.
+func TestDecisionHook(t *testing.T) {
+	c, err := omnibus.New(membus.New(membus.Config{}).Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	k, err := c.Subscribe(context.Background(), "orders", func(context.Context, *omnibus.Message) error { return nil }, omnibus.Group("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	h := &hookRecorder{}
+	ctl, err := autoscale.New(k, autoscale.Policy{TargetLag: 10, Logger: quiet(), Hooks: []omnibus.Hook{"not a hook", h}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := ctl.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.ds) != 3 || h.ds[0].Topic != "orders" || h.ds[0].Group != "billing" || h.ds[0].Members != 1 {
+		t.Errorf("hook saw %+v, want 3 decisions on orders/billing with 1 member", h.ds)
 	}
 }
