@@ -147,11 +147,24 @@ type Policy struct {
 	// OnDecision, when set, receives every decision, on the goroutine
 	// running Run or Step.
 	OnDecision func(Decision)
+	// Hooks receive every decision after OnDecision: each value that
+	// implements DecisionHook (a metrics collector, say; others are
+	// ignored), in order, on the same goroutine.
+	Hooks []omnibus.Hook
+}
+
+// DecisionHook is an omnibus.Hook that sees the autoscaler's decisions
+// (Policy.Hooks). It must not block: the next sample waits for it.
+type DecisionHook interface {
+	OnDecision(Decision)
 }
 
 // Decision is one evaluation of the policy.
 type Decision struct {
 	Time time.Time
+	// Topic and Group name the group, where the target tells them
+	// (*omnibus.Consumer does).
+	Topic, Group string
 	// Current and Desired are the members this controller sizes: this
 	// process's (New), or the group's (NewGroup), where Current is the
 	// size last asked of the orchestrator, which may still be starting
@@ -161,9 +174,9 @@ type Decision struct {
 	// Action is "up", "down" or "hold".
 	Action string
 	Reason string
-	// Group is the group's members in every process, as the transport
+	// Members is the group's members in every process, as the transport
 	// counts them; -1 when it cannot.
-	Group int
+	Members int
 	// GroupDesired is what the group's lag asks for, before cooldowns:
 	// Desired is this process's share of it (New), or it after the
 	// cooldowns (NewGroup).
@@ -205,6 +218,9 @@ type LaneSample struct {
 type Controller struct {
 	p      Policy
 	logger *slog.Logger
+	hooks  []DecisionHook
+	topic  string
+	group  string
 	read   func(ctx context.Context) (view, error)
 	scale  func(ctx context.Context, n int) error // nil: publish only
 
@@ -235,6 +251,12 @@ func New(t Target, p Policy) (*Controller, error) {
 	}
 	c.read = func(ctx context.Context) (view, error) { return readTarget(ctx, t) }
 	c.scale = t.Scale
+	if n, ok := t.(interface {
+		Topic() string
+		Group() string
+	}); ok {
+		c.topic, c.group = n.Topic(), n.Group()
+	}
 	return c, nil
 }
 
@@ -253,6 +275,7 @@ func NewGroup(client *omnibus.Client, topic, group string, p Policy) (*Controlle
 		return nil, err
 	}
 	c.read = func(ctx context.Context) (view, error) { return readGroup(ctx, client, topic, group) }
+	c.topic, c.group = topic, group
 	return c, nil
 }
 
@@ -294,7 +317,13 @@ func newController(p Policy, caps omnibus.Capabilities) (*Controller, error) {
 	if p.Logger == nil {
 		p.Logger = slog.Default()
 	}
-	return &Controller{p: p, logger: p.Logger, history: map[string][]point{}, next: make(chan struct{})}, nil
+	c := &Controller{p: p, logger: p.Logger, history: map[string][]point{}, next: make(chan struct{})}
+	for _, h := range p.Hooks {
+		if h, ok := h.(DecisionHook); ok {
+			c.hooks = append(c.hooks, h)
+		}
+	}
+	return c, nil
 }
 
 // Run evaluates the policy every Interval until ctx ends, and returns
@@ -378,7 +407,7 @@ func (c *Controller) report(d Decision) {
 	}
 	slices.Sort(lanes)
 	c.logger.Log(context.Background(), level, "autoscale: decision",
-		"action", d.Action, "current", d.Current, "desired", d.Desired, "group", d.Group,
+		"topic", d.Topic, "group", d.Group, "action", d.Action, "current", d.Current, "desired", d.Desired, "members", d.Members,
 		"group_desired", d.GroupDesired, "lag", d.Lag, "age", d.Age, "cap", d.Cap,
 		"stalled", d.Stalled, "lanes", lanes, "reason", d.Reason)
 	c.mu.Lock()
@@ -388,5 +417,8 @@ func (c *Controller) report(d Decision) {
 	c.mu.Unlock()
 	if c.p.OnDecision != nil {
 		c.p.OnDecision(d)
+	}
+	for _, h := range c.hooks {
+		h.OnDecision(d)
 	}
 }

@@ -85,7 +85,7 @@ func (c *Controller) decide(v view, err error, now time.Time) Decision {
 			current = max(v.group, 0)
 		}
 	}
-	d := Decision{Time: now, Current: current, Desired: current, Action: "hold", Group: v.group, GroupDesired: current}
+	d := Decision{Time: now, Topic: c.topic, Group: c.group, Current: current, Desired: current, Action: "hold", Members: v.group, GroupDesired: current}
 	if err != nil {
 		d.Active = true
 		d.Reason = "lag unknown (" + err.Error() + "): holding"

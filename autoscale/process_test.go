@@ -82,7 +82,7 @@ func TestChildProcess(t *testing.T) {
 		TargetLag: procTarget, Interval: 250 * time.Millisecond, UpCooldown: time.Second,
 		DownDelay: 3 * time.Second, StallAfter: 20, Logger: quiet(),
 		OnDecision: func(d autoscale.Decision) {
-			l := childLine{Current: d.Current, Desired: d.Desired, Group: d.Group, GroupDesired: d.GroupDesired, Stalled: d.Stalled, Reason: d.Reason}
+			l := childLine{Current: d.Current, Desired: d.Desired, Group: d.Members, GroupDesired: d.GroupDesired, Stalled: d.Stalled, Reason: d.Reason}
 			for _, s := range d.Lanes {
 				if s.Local {
 					l.Local++
