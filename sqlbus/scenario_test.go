@@ -102,7 +102,7 @@ func TestBankScenario(t *testing.T) {
 
 func bankScenario(t *testing.T, tr scenarioTransport, db database) {
 	start := time.Now()
-	ctx := testCtx(t, 4*time.Minute)
+	ctx := testCtx(t, max(4*time.Minute, time.Duration(bankTransfers)*200*time.Millisecond))
 	drv, dsn := db.dsn(t)
 	sdb := openDSN(t, drv, dsn)
 	st := newStore(t, sdb, db.dialect)
@@ -193,7 +193,7 @@ func bankScenario(t *testing.T, tr scenarioTransport, db database) {
 
 	var problems []string
 	var outcomes map[string]int
-	transporttest.Eventually(t, 3*time.Minute, func() bool {
+	transporttest.Eventually(t, max(3*time.Minute, time.Duration(bankTransfers)*150*time.Millisecond), func() bool {
 		if out, ok := cs.exited(); ok {
 			t.Fatal(out)
 		}
