@@ -102,7 +102,7 @@ func TestBankScenario(t *testing.T) {
 
 func bankScenario(t *testing.T, tr scenarioTransport, db database) {
 	start := time.Now()
-	ctx := testCtx(t, 4*time.Minute)
+	ctx := testCtx(t, max(4*time.Minute, time.Duration(bankTransfers)*200*time.Millisecond))
 	drv, dsn := db.dsn(t)
 	sdb := openDSN(t, drv, dsn)
 	st := newStore(t, sdb, db.dialect)
@@ -165,11 +165,20 @@ func bankScenario(t *testing.T, tr scenarioTransport, db database) {
 			return nil
 		}()
 	}()
-	// Every child is killed at least once, then random ones.
+	// Every child is killed at least once, then random ones; each kill
+	// waits until transfers settled since the last, so that it falls
+	// while they flow (timeouts pending, batches in flight), however
+	// slow the machine.
 	order := slices.Clone(names)
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	progress := 0
 	for k := range bankKills {
-		time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
+		transporttest.Eventually(t, 2*time.Minute, func() bool {
+			n := settledCount(audit)
+			return n > progress || n == bankTransfers
+		}, func() string { return fmt.Sprintf("no transfer settled after %d (kill %d)", progress, k+1) })
+		progress = settledCount(audit)
+		time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
 		n := names[rand.IntN(len(names))]
 		if k < len(order) {
 			n = order[k]
@@ -184,7 +193,7 @@ func bankScenario(t *testing.T, tr scenarioTransport, db database) {
 
 	var problems []string
 	var outcomes map[string]int
-	transporttest.Eventually(t, 3*time.Minute, func() bool {
+	transporttest.Eventually(t, max(3*time.Minute, time.Duration(bankTransfers)*150*time.Millisecond), func() bool {
 		if out, ok := cs.exited(); ok {
 			t.Fatal(out)
 		}
@@ -196,6 +205,19 @@ func bankScenario(t *testing.T, tr scenarioTransport, db database) {
 	audit.mu.Unlock()
 	t.Logf("%d transfers (%v), %d kills, settled in %v (sent in %v); events delivered twice to the auditor: %d",
 		bankTransfers, outcomes, cs.kills, time.Since(start).Round(time.Millisecond), sentAt.Round(time.Millisecond), dups)
+}
+
+// settledCount counts the transfers whose settlement the auditor saw.
+func settledCount(audit *collector) int {
+	audit.mu.Lock()
+	defer audit.mu.Unlock()
+	seen := map[string]bool{}
+	for _, m := range audit.msgs {
+		if m.Type == "sqlbus_test.TransferSettled" {
+			seen[m.Key] = true
+		}
+	}
+	return len(seen)
 }
 
 // checkBank returns what is wrong with the bank now (nothing once the
