@@ -104,6 +104,7 @@ Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
   omnibus exporter --topic orders --group billing --metrics-addr :9464
   omnibus dlq list --topic orders
   omnibus dlq replay --topic orders --all
+  omnibus console --topic orders --group billing
   omnibus bench --count 20000 --size 1024 --json`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -113,7 +114,7 @@ Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.exporterCmd(), a.dlqCmd(), a.benchCmd(), a.demoCmd(), a.serverCmd(), a.versionCmd())
+	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.exporterCmd(), a.dlqCmd(), a.consoleCmd(), a.benchCmd(), a.demoCmd(), a.serverCmd(), a.versionCmd())
 	return root
 }
 
