@@ -36,11 +36,15 @@ type DeleteOptions struct {
 	Bounds
 }
 
+// DefaultWindow is the default of Bounds.Window.
+const DefaultWindow = 10000
+
 // Bounds bound a Replay or a Delete.
 type Bounds struct {
 	// Window is the most dead letters held unselected while the rest is
 	// read (a broker's are not acknowledged, a log's are kept to be
-	// appended again); reading stops when it is full. Default: 10000.
+	// appended again); reading stops when it is full. Default:
+	// DefaultWindow.
 	Window int
 	// WindowBytes bounds their sizes (body, key and headers). Default:
 	// 256 MiB.
@@ -142,7 +146,7 @@ type run struct {
 func (r *run) run(ctx context.Context) (Progress, error) {
 	b := r.bounds
 	if b.Window <= 0 {
-		b.Window = 10000
+		b.Window = DefaultWindow
 	}
 	if b.WindowBytes <= 0 {
 		b.WindowBytes = 256 << 20

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -16,21 +17,20 @@ import (
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-func init() { lagSources["kafka"] = kafkaLagSource }
+func init() {
+	lagSources["kafka"] = kafkaLagSource
+	laneOwners["kafka"] = kafkaOwners
+}
 
-// kafkaLagSource reads a Kafka group's lag with kadm, from outside the
-// group: committed offsets, end offsets and the group's members, which
-// tell a stalled lane from a stopped group, with the ages kafkabus reads
-// (the record timestamps at the committed offsets). It reads plain kafka:// URLs only; SASL and TLS
-// settings live in kafkabus.
-func kafkaLagSource(_ context.Context, c *omnibus.Client, rawURL string) (lagSource, func(), error) {
+// kafkaSeeds are the brokers of a plain kafka:// URL.
+func kafkaSeeds(rawURL string) ([]string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	q := u.Query()
 	if u.User != nil || q.Get("tls") == "true" || q.Has("tls_ca") {
-		return nil, nil, fmt.Errorf("lag: reads Kafka group lag over plain connections only (no SASL or TLS) until kafkabus reports group lag: %w", omnibus.ErrUnsupported)
+		return nil, fmt.Errorf("reads Kafka groups over plain connections only (no SASL or TLS): %w", omnibus.ErrUnsupported)
 	}
 	var seeds []string
 	for _, h := range strings.Split(u.Host, ",") {
@@ -38,6 +38,65 @@ func kafkaLagSource(_ context.Context, c *omnibus.Client, rawURL string) (lagSou
 			h = net.JoinHostPort(h, "9092")
 		}
 		seeds = append(seeds, h)
+	}
+	return seeds, nil
+}
+
+// kafkaOwners reads, with kadm, which member of a group holds each
+// partition: its client ID and host. The admin client is made at the
+// first read and lives as long as the process (the console's).
+func kafkaOwners(rawURL string) ownersFunc {
+	var (
+		once sync.Once
+		adm  *kadm.Client
+		err  error
+	)
+	return func(ctx context.Context, _ *omnibus.Client, topic, group string) (map[string]string, error) {
+		once.Do(func() {
+			var seeds []string
+			if seeds, err = kafkaSeeds(rawURL); err != nil {
+				return
+			}
+			var cl *kgo.Client
+			if cl, err = kgo.NewClient(kgo.SeedBrokers(seeds...)); err == nil {
+				adm = kadm.NewClient(cl)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		groups, err := adm.DescribeGroups(ctx, group)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]string{}
+		for _, m := range groups[group].Members {
+			a, ok := m.Assigned.AsConsumer()
+			if !ok {
+				continue
+			}
+			for _, t := range a.Topics {
+				if t.Topic != topic {
+					continue
+				}
+				for _, p := range t.Partitions {
+					out[strconv.Itoa(int(p))] = m.ClientID + "@" + strings.TrimPrefix(m.ClientHost, "/")
+				}
+			}
+		}
+		return out, nil
+	}
+}
+
+// kafkaLagSource reads a Kafka group's lag with kadm, from outside the
+// group: committed offsets, end offsets and the group's members, which
+// tell a stalled lane from a stopped group, with the ages kafkabus reads
+// (the record timestamps at the committed offsets). It reads plain kafka:// URLs only; SASL and TLS
+// settings live in kafkabus.
+func kafkaLagSource(_ context.Context, c *omnibus.Client, rawURL string) (lagSource, func(), error) {
+	seeds, err := kafkaSeeds(rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lag: %w", err)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {

@@ -8,6 +8,9 @@
 //	omnibus tail --topic orders --json            # print messages as they arrive
 //	omnibus lag --topic orders --group billing    # lag and status per lane
 //	omnibus exporter --topic orders --group billing  # lag for Prometheus, at :9464/metrics
+//	omnibus dlq list --topic orders               # dead letters and why they failed
+//	omnibus dlq replay --topic orders --all       # publish them again, remove them
+//	omnibus console --topic orders --group billing  # a web page of lag, lanes and dead letters
 //	omnibus bench --count 20000 --size 1024       # throughput and latency
 //	omnibus server                                # run the embedded default in the foreground
 //	omnibus version

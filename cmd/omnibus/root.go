@@ -102,6 +102,9 @@ Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
   omnibus tail --topic greetings --from earliest --max 1 --json
   omnibus lag --topic orders --group billing --watch
   omnibus exporter --topic orders --group billing --metrics-addr :9464
+  omnibus dlq list --topic orders
+  omnibus dlq replay --topic orders --all
+  omnibus console --topic orders --group billing
   omnibus bench --count 20000 --size 1024 --json`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -111,7 +114,7 @@ Transports linked in: ` + strings.Join(schemes(), ", ") + `.`,
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.exporterCmd(), a.benchCmd(), a.demoCmd(), a.serverCmd(), a.kedaCmd(), a.versionCmd())
+	root.AddCommand(a.sendCmd(), a.tailCmd(), a.lagCmd(), a.exporterCmd(), a.dlqCmd(), a.consoleCmd(), a.benchCmd(), a.demoCmd(), a.serverCmd(), a.kedaCmd(), a.versionCmd())
 	return root
 }
 
