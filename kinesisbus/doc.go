@@ -38,6 +38,9 @@
 //	create_streams       dlq                which streams Publish and Subscribe create on
 //	                                        first use: none, dlq (dead-letter streams), all
 //	shards               1                  ShardCount of streams created on first use
+//	max_message_bytes    783360             the largest message Publish sends (larger ones
+//	                                        fail with ErrTooLarge): what any body fits in
+//	                                        a 1 MiB record, base64 included, or less
 //
 // The portable layer reads durability for every transport; Kinesis has
 // no acknowledgement levels, so every level waits for PutRecords' answer
