@@ -17,6 +17,7 @@ func TestConformance(t *testing.T) {
 	// (max_message_bytes); TestLargestMessage sends one of the default
 	// limit.
 	need(t)
+	t.Parallel()
 	url := testURL("max_message_bytes=65536")
 	transporttest.Run(t, transporttest.Harness{
 		Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
