@@ -166,8 +166,8 @@
 //	groups           yes
 //	replay           yes (TRIM_HORIZON)
 //	native nack      no (the engine retries)
-//	max message      783,360 bytes: a binary body in base64 within
-//	                 Kinesis's 1 MiB; a text or JSON body may be larger
+//	max message      max_message_bytes, by default 783,360 bytes: a
+//	                 binary body in base64 within Kinesis's 1 MiB
 //	                 (Publish refuses records over 1 MiB per message)
 //
 // # Errors

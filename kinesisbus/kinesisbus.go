@@ -120,9 +120,8 @@ const envelopeOverhead = 4096
 const maxMessageBytes = (MaxRecordBytes - envelopeOverhead) / 4 * 3
 
 // Capabilities implements driver.Conn. MaxMessageBytes is max_message_bytes,
-// by default what any body fits in; a text or JSON body up to nearly 1 MiB
-// fits too, and Publish refuses per message, with ErrTooLarge, the records
-// that do not.
+// by default what any body fits in; Publish also refuses per message, with
+// ErrTooLarge, a record over 1 MiB.
 func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Ordered:         true,
