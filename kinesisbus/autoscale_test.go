@@ -20,6 +20,7 @@ import (
 // shard is read by one member), drains it, and shrinks back to 1.
 func TestAutoscaleCappedAtShards(t *testing.T) {
 	need(t)
+	t.Parallel()
 	const n, shards = 3000, 3
 	c := open(t, testURL(""))
 	stream := testPrefix + "autoscale-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)

@@ -11,9 +11,14 @@ import (
 func TestConformance(t *testing.T) {
 	// kinesalite cannot be restarted with its data (in memory), has no
 	// ack deadline, and a group's state is its lease table, which
-	// without its checkpoints would be a new group (DeleteGroup).
+	// without its checkpoints would be a new group (DeleteGroup). It
+	// takes seconds over a few MiB of records (their bodies base64'd
+	// twice), so the suite's largest messages are kept to 64 KiB
+	// (max_message_bytes); TestLargestMessage sends one of the default
+	// limit.
 	need(t)
-	url := testURL("")
+	t.Parallel()
+	url := testURL("max_message_bytes=65536")
 	transporttest.Run(t, transporttest.Harness{
 		Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
 			c, err := omnibus.Open(ctx, url)

@@ -38,6 +38,9 @@
 //	create_streams       dlq                which streams Publish and Subscribe create on
 //	                                        first use: none, dlq (dead-letter streams), all
 //	shards               1                  ShardCount of streams created on first use
+//	max_message_bytes    783360             the largest message Publish sends (larger ones
+//	                                        fail with ErrTooLarge): what any body fits in
+//	                                        a 1 MiB record, base64 included, or less
 //
 // The portable layer reads durability for every transport; Kinesis has
 // no acknowledgement levels, so every level waits for PutRecords' answer
@@ -163,8 +166,8 @@
 //	groups           yes
 //	replay           yes (TRIM_HORIZON)
 //	native nack      no (the engine retries)
-//	max message      783,360 bytes: a binary body in base64 within
-//	                 Kinesis's 1 MiB; a text or JSON body may be larger
+//	max message      max_message_bytes, by default 783,360 bytes: a
+//	                 binary body in base64 within Kinesis's 1 MiB
 //	                 (Publish refuses records over 1 MiB per message)
 //
 // # Errors

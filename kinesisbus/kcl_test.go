@@ -45,6 +45,7 @@ func createKCLTable(t testing.TB, ddb *dynamodb.Client, name, key string, keyTyp
 // and checkpoints in the KCL's attributes as it reads.
 func TestKCLTable(t *testing.T) {
 	need(t)
+	t.Parallel()
 	kin, ddb := rawClients()
 	stream := testPrefix + "kcl-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	tableName := testPrefix + "kcl-app-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
@@ -145,6 +146,7 @@ func TestKCLTable(t *testing.T) {
 // so this is the path a table the member cannot use takes.
 func TestWrongLeaseTable(t *testing.T) {
 	need(t)
+	t.Parallel()
 	_, ddb := rawClients()
 	name := testPrefix + "wrong-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	createKCLTable(t, ddb, name, "id", dtypes.ScalarAttributeTypeN)
@@ -164,6 +166,7 @@ func TestWrongLeaseTable(t *testing.T) {
 // not exist is ErrNotFound, and creates nothing.
 func TestMissingStream(t *testing.T) {
 	need(t)
+	t.Parallel()
 	c := open(t, testURL(""))
 	stream := testPrefix + "missing-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := c.Publish(ctxT(t), stream, &omnibus.Message{Body: []byte("x")}); !errors.Is(err, omnibus.ErrNotFound) {

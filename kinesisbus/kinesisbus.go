@@ -114,10 +114,14 @@ const MaxRecordBytes = 1 << 20
 // JSON escapes of ordinary headers).
 const envelopeOverhead = 4096
 
-// Capabilities implements driver.Conn. MaxMessageBytes is what any body
-// fits in, base64 included (a binary body grows by a third in the
-// envelope); a text or JSON body up to nearly 1 MiB fits too, and Publish
-// refuses per message, with ErrTooLarge, the records that do not.
+// maxMessageBytes is the largest body any record fits, base64 included (a
+// binary body grows by a third in the envelope): the default and the most
+// of max_message_bytes.
+const maxMessageBytes = (MaxRecordBytes - envelopeOverhead) / 4 * 3
+
+// Capabilities implements driver.Conn. MaxMessageBytes is max_message_bytes,
+// by default what any body fits in; Publish also refuses per message, with
+// ErrTooLarge, a record over 1 MiB.
 func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Ordered:         true,
@@ -125,7 +129,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 		ExclusiveLanes:  true,
 		Groups:          true,
 		Replay:          true,
-		MaxMessageBytes: (MaxRecordBytes - envelopeOverhead) / 4 * 3,
+		MaxMessageBytes: c.cfg.maxBytes,
 	}
 }
 

@@ -36,6 +36,7 @@ func holders(ks []*omnibus.Consumer) []int {
 // every message published before and after is handled.
 func TestLeasesBalanceAndFailOver(t *testing.T) {
 	need(t)
+	t.Parallel()
 	const failover = 2 * time.Second
 	params := "failover_time=" + failover.String()
 	pub := open(t, testURL(""))

@@ -70,6 +70,7 @@ func (o *orderLog) unique() int {
 // its parents were read to their end.
 func TestReshardKeepsOrder(t *testing.T) {
 	need(t)
+	t.Parallel()
 	const (
 		total = 20000
 		keys  = 200

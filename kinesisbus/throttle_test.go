@@ -120,6 +120,7 @@ func (th *throttler) refuseSome(w http.ResponseWriter, r *http.Request, rp *http
 // is handled.
 func TestThrottling(t *testing.T) {
 	need(t)
+	t.Parallel()
 	th := &throttler{getRecords: 4, putCalls: 4}
 	addr := th.serve(t)
 	u := kinesisURL(addr, dynamoAddr, "")

@@ -44,6 +44,7 @@ var params = []string{
 	"endpoint", "dynamodb_endpoint", "profile",
 	"lease_table", "failover_time", "shard_sync_interval",
 	"poll_interval", "max_records", "create_streams", "shards",
+	"max_message_bytes",
 }
 
 // config is a parsed URL.
@@ -63,6 +64,7 @@ type config struct {
 	maxRecords     int32
 	createStreams  string
 	shards         int32
+	maxBytes       int // Capabilities' MaxMessageBytes
 }
 
 func invalid(u *url.URL, format string, args ...any) error {
@@ -100,6 +102,7 @@ func parseURL(u *url.URL) (*config, error) {
 		maxRecords:    DefaultMaxRecords,
 		createStreams: CreateDLQ,
 		shards:        1,
+		maxBytes:      maxMessageBytes,
 	}
 	if u.User != nil {
 		c.accessKey = u.User.Username()
@@ -184,6 +187,13 @@ func parseURL(u *url.URL) (*config, error) {
 			return nil, invalid(u, "shards %q: want a positive shard count", v)
 		}
 		c.shards = int32(n)
+	}
+	if v, ok := get("max_message_bytes"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxMessageBytes {
+			return nil, invalid(u, "max_message_bytes %q: want 1 to %d (what fits in a record of Kinesis's 1 MiB)", v, maxMessageBytes)
+		}
+		c.maxBytes = n
 	}
 	return c, nil
 }

@@ -20,6 +20,8 @@ func TestBadURLs(t *testing.T) {
 		"kinesis://AKID:" + secret + "@us-east-1?failover_time=1ms",
 		"kinesis://AKID:" + secret + "@us-east-1?max_records=20000",
 		"kinesis://AKID:" + secret + "@us-east-1?create_streams=some",
+		"kinesis://AKID:" + secret + "@us-east-1?max_message_bytes=1048576",
+		"kinesis://AKID:" + secret + "@us-east-1?max_message_bytes=0",
 		"kinesis://AKID:" + secret + "@us-east-1?endpoint=127.0.0.1:4567",
 		"kinesis://AKID:" + secret + "@US_EAST?",
 		"kinesis://AKID:" + secret + "@/us-east-1",
