@@ -3,6 +3,7 @@ package testenv
 import (
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -26,7 +27,11 @@ func DeleteRabbit(t testing.TB, amqpURL, prefix string) {
 		}
 		return names
 	}
-	queues, exchanges := list("queues"), list("exchanges")
+	var queues, exchanges []string
+	var wg sync.WaitGroup // each rabbitmqctl boots a VM: seconds
+	wg.Go(func() { queues = list("queues") })
+	wg.Go(func() { exchanges = list("exchanges") })
+	wg.Wait()
 	ac, err := amqp.Dial(amqpURL)
 	if err != nil {
 		t.Logf("cleanup: dial: %v", err)

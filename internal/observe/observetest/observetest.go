@@ -9,14 +9,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/omnibus-go/omnibus"
@@ -105,51 +102,8 @@ func Eventually(t testing.TB, d time.Duration, fn func() error) {
 }
 
 // deleteRabbit removes the exchanges and queues whose names start with
-// ns. AMQP cannot list them: rabbitmqctl does.
-func deleteRabbit(t testing.TB, ns string) {
-	list := func(what string) []string {
-		out, err := exec.Command("rabbitmqctl", "list_"+what, "-q", "--no-table-headers", "name").Output()
-		if err != nil {
-			t.Errorf("cleanup: rabbitmqctl list_%s: %v; delete what starts with %q by hand", what, err, ns)
-			return nil
-		}
-		var names []string
-		for n := range strings.FieldsSeq(string(out)) {
-			if strings.HasPrefix(n, ns) {
-				names = append(names, n)
-			}
-		}
-		return names
-	}
-	var queues, exchanges []string
-	var wg sync.WaitGroup // each rabbitmqctl boots a VM: seconds
-	wg.Go(func() { queues = list("queues") })
-	wg.Go(func() { exchanges = list("exchanges") })
-	wg.Wait()
-	ac, err := amqp.Dial(rabbitURL)
-	if err != nil {
-		t.Logf("cleanup: dial: %v", err)
-		return
-	}
-	defer ac.Close()
-	ch, err := ac.Channel()
-	if err != nil {
-		t.Logf("cleanup: channel: %v", err)
-		return
-	}
-	for _, q := range queues {
-		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-			t.Logf("cleanup: delete queue %s: %v", q, err)
-			return
-		}
-	}
-	for _, x := range exchanges {
-		if err := ch.ExchangeDelete(x, false, false); err != nil {
-			t.Logf("cleanup: delete exchange %s: %v", x, err)
-			return
-		}
-	}
-}
+// ns.
+func deleteRabbit(t testing.TB, ns string) { testenv.DeleteRabbit(t, rabbitURL, ns) }
 
 // Workload is the known workload of the metrics tests, on a consumer of
 // one group: 10 messages published in one call, of which one fails its
