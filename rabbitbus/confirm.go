@@ -35,7 +35,8 @@ type route struct {
 
 func routeKey(exchange, key, id string) string { return exchange + "\x00" + key + "\x00" + id }
 
-// addLocked records m as sent with delivery tag tag.
+// addLocked records m as sent with delivery tag tag; it holds a place in
+// the window, which removeLocked or dropLocked gives back.
 func (p *publisher) addLocked(tag uint64, m *pmsg) {
 	p.pending[tag] = m
 	if m.mandatory {
@@ -54,8 +55,12 @@ func (p *publisher) addLocked(tag uint64, m *pmsg) {
 // server returned it.
 func (p *publisher) removeLocked(tag uint64) (m *pmsg, returned bool) {
 	m = p.pending[tag]
+	if m == nil {
+		return nil, false
+	}
 	delete(p.pending, tag)
-	if m == nil || !m.mandatory {
+	<-p.places
+	if !m.mandatory {
 		return m, false
 	}
 	k := routeKey(m.exchange, m.key, m.pub.MessageId)
@@ -68,6 +73,15 @@ func (p *publisher) removeLocked(tag uint64) (m *pmsg, returned bool) {
 		delete(p.routes, k)
 	}
 	return m, returned
+}
+
+// dropLocked forgets every pending message and route.
+func (p *publisher) dropLocked() {
+	for range p.pending {
+		<-p.places
+	}
+	p.pending = map[uint64]*pmsg{}
+	clear(p.routes)
 }
 
 func (p *publisher) run() {
@@ -103,8 +117,8 @@ func (p *publisher) run() {
 			continue
 		}
 		attempt = 0
-		confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1024))
-		returns := ch.NotifyReturn(make(chan amqp.Return, 64))
+		confirms := ch.NotifyPublish(make(chan amqp.Confirmation, window))
+		returns := ch.NotifyReturn(make(chan amqp.Return, window))
 		closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 		served := make(chan struct{})
 		go func() {
@@ -134,8 +148,7 @@ func (p *publisher) open(ch *amqp.Channel) {
 	p.sendMu <- struct{}{}
 	defer func() { <-p.sendMu }()
 	p.pendMu.Lock()
-	p.pending = map[uint64]*pmsg{}
-	clear(p.routes)
+	p.dropLocked()
 	p.pendMu.Unlock()
 	p.nextTag = 1
 	p.ch = ch
@@ -145,6 +158,9 @@ func (p *publisher) open(ch *amqp.Channel) {
 // serve handles confirms and returns until the channel closes.
 func (p *publisher) serve(confirms <-chan amqp.Confirmation, returns <-chan amqp.Return) {
 	for {
+		if f := starve.Load(); f != nil {
+			(*f)()
+		}
 		select {
 		case r, ok := <-returns:
 			if !ok {
@@ -240,8 +256,7 @@ func (p *publisher) down(ch *amqp.Channel, reason *amqp.Error) {
 			errs = append(errs, fmt.Errorf("message %q: the channel closed before the server confirmed it (%w): %w", m.pub.MessageId, reasonErr(reason), driver.ErrOutcomeUnknown))
 		}
 	}
-	p.pending = map[uint64]*pmsg{}
-	clear(p.routes)
+	p.dropLocked()
 	p.pendMu.Unlock()
 	for i, m := range failed {
 		m.b.finish(m.i, errs[i])
@@ -268,8 +283,7 @@ func (p *publisher) failAll(err error) {
 	for _, m := range p.pending {
 		ms = append(ms, m)
 	}
-	p.pending = map[uint64]*pmsg{}
-	clear(p.routes)
+	p.dropLocked()
 	p.pendMu.Unlock()
 	for _, m := range ms {
 		m.b.finish(m.i, err)

@@ -28,6 +28,20 @@ var ErrUnroutable = errors.New("unroutable: no queue is bound to take the messag
 // take responsibility for (a publisher confirm nack).
 var ErrNacked = errors.New("the server nacked the message")
 
+// window is the most messages a publisher has unconfirmed, and the room
+// of the channels amqp091 hands their confirms and returns over. amqp091
+// drops a confirm or a return it cannot hand over within 5 seconds (the
+// channel full): a confirm loop starved of processor time that long
+// would report a returned message routed (a retry whose queue is gone
+// would be lost) or leave a message waiting for its confirm for ever.
+// Each unconfirmed message has at most one confirm and one return queued,
+// so with no more unconfirmed than the room, none waits.
+const window = 1024
+
+// starve, when set (by tests), runs in the confirm loop before it takes
+// each confirm or return: a loop starved of processor time.
+var starve atomic.Pointer[func()]
+
 // publisher owns the confirm-mode channel of the publishing connection.
 //
 // Goroutines: run (owned by the publisher, ended by stop) opens the
@@ -49,6 +63,7 @@ type publisher struct {
 	ch      *amqp.Channel // nil while there is none
 	up      chan struct{} // closed while ch is set
 	nextTag uint64
+	places  chan struct{} // one element per unconfirmed message, window at most
 
 	pendMu  sync.Mutex
 	pending map[uint64]*pmsg  // by delivery tag on ch
@@ -89,6 +104,7 @@ func newPublisher(c *conn) *publisher {
 	p := &publisher{
 		c:       c,
 		sendMu:  make(chan struct{}, 1),
+		places:  make(chan struct{}, window),
 		up:      make(chan struct{}),
 		pending: map[uint64]*pmsg{},
 		routes:  map[string]*route{},
@@ -210,9 +226,23 @@ func (p *publisher) write(ctx context.Context, pms []*pmsg, confirm bool) error 
 			m.b.errs[m.i] = err
 		}
 	}
+	held := false // a place in the window, taken for pms[i]
+	defer func() {
+		if held {
+			<-p.places
+		}
+	}()
 	i := 0
 	for i < len(pms) {
-		if err := p.writable(ctx); err != nil {
+		var err error
+		if confirm && !held {
+			err = p.place(ctx)
+			held = err == nil
+		}
+		if err == nil {
+			err = p.writable(ctx)
+		}
+		if err != nil {
 			if i > 0 {
 				return fmt.Errorf("%w (after sending %d of %d messages)", err, i, len(pms))
 			}
@@ -221,11 +251,22 @@ func (p *publisher) write(ctx context.Context, pms []*pmsg, confirm bool) error 
 		ch := p.ch
 		for ; i < len(pms) && ctx.Err() == nil && !p.isBlocked(); i++ {
 			m := pms[i]
+			if confirm && !held {
+				select {
+				case p.places <- struct{}{}:
+					held = true
+				default:
+				}
+				if !held {
+					break // the window is full: wait for a place without sendMu
+				}
+			}
 			tag := p.nextTag
 			if confirm {
 				p.pendMu.Lock()
-				p.addLocked(tag, m)
+				p.addLocked(tag, m) // the pending message holds the place now
 				p.pendMu.Unlock()
+				held = false
 			}
 			err := ch.Publish(m.exchange, m.key, m.mandatory, false, m.pub)
 			if err == nil {
@@ -257,6 +298,19 @@ func (p *publisher) write(ctx context.Context, pms []*pmsg, confirm bool) error 
 		<-p.sendMu
 	}
 	return nil
+}
+
+// place takes a place in the window, waiting while it is full. It gives
+// up when ctx ends or the publisher stops.
+func (p *publisher) place(ctx context.Context) error {
+	select {
+	case p.places <- struct{}{}:
+		return nil
+	case <-p.halt:
+		return driver.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // writable takes sendMu once there is a channel and the server does not
