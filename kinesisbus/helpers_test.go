@@ -2,6 +2,7 @@ package kinesisbus_test
 
 import (
 	"context"
+	"flag"
 	"io"
 	"net"
 	"os"
@@ -119,7 +120,18 @@ func run(t testing.TB, k *omnibus.Consumer) (stop func()) {
 // TestMain deletes, at the end, the streams and lease tables this
 // process's tests created on the shared emulators (their names start
 // with the suite's prefix, or with "kinesisbus-test-").
+//
+// The tests wait on the emulators rather than on the CPU, each on streams
+// of its own, and run in parallel: all at once unless -parallel says
+// otherwise (go test's default, GOMAXPROCS, would leave the conformance
+// suite, the longest, waiting behind the others on a small machine).
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "16")
+	}
 	code := m.Run()
 	cleanup(transporttest.TopicPrefix(), testPrefix)
 	os.Exit(code)

@@ -34,9 +34,10 @@ func holders(ks []*omnibus.Consumer) []int {
 // network is cut and it is closed, so it releases nothing. The others
 // take its leases once they have not moved for failover_time (2s), and
 // every message published before and after is handled.
+//
+// It times the takeover, so it runs alone, before the parallel tests.
 func TestLeasesBalanceAndFailOver(t *testing.T) {
 	need(t)
-	t.Parallel()
 	const failover = 2 * time.Second
 	params := "failover_time=" + failover.String()
 	pub := open(t, testURL(""))
