@@ -71,11 +71,16 @@ func TestLagStatusOnEveryTransport(t *testing.T) {
 				t.Errorf("report %+v, want STALL: a member, and no progress", rep)
 			}
 			// The age of the stuck lane: at least the 100ms between the
-			// samples, where the transport tells; RabbitMQ cannot from
-			// another process (the member holds the queue's head).
+			// samples, where the transport tells (Capabilities.Age);
+			// RabbitMQ cannot from another process (the member holds the
+			// queue's head).
 			for _, l := range rep.Lanes {
 				switch {
 				case l.Lag == 0:
+				case !c.Capabilities().Age:
+					if l.Age != nil {
+						t.Errorf("lane %s: age %vs from a transport that reports none", l.Lane, *l.Age)
+					}
 				case tr.name == "rabbitmq" && l.Age != nil:
 					t.Errorf("lane %s: age %vs, want unknown from outside the member's process", l.Lane, *l.Age)
 				case tr.name != "rabbitmq" && (l.Age == nil || *l.Age < 0.2 || rep.MaxAge == nil || *rep.MaxAge < *l.Age):
