@@ -101,7 +101,8 @@ type Listing struct {
 }
 
 // List reads the dead letters left and returns those the filter selects,
-// oldest first per lane. It settles nothing: brokers get the messages
+// oldest first per lane, each ID once (a message dead-lettered twice, as
+// at-least-once delivery allows, is listed once). It settles nothing: brokers get the messages
 // back unacknowledged when it ends (with their redelivered flag set),
 // logs are not committed. A topic that does not exist is an error
 // wrapping ErrNotFound.
@@ -120,6 +121,7 @@ func (q *Queue) List(ctx context.Context, o ListOptions) (*Listing, error) {
 	}
 	defer s.close()
 	out := &Listing{DeadLetters: []*DeadLetter{}}
+	seen := map[string]bool{} // a dead letter stored twice (at least once) is listed once
 	for len(out.DeadLetters) < o.Limit {
 		ds, err := s.next(ctx, pollEvery)
 		if errors.Is(err, errFull) {
@@ -133,7 +135,8 @@ func (q *Queue) List(ctx context.Context, o ListOptions) (*Listing, error) {
 		}
 		for _, d := range ds {
 			out.Read++
-			if dl := parse(d); o.Filter.Match(dl) && len(out.DeadLetters) < o.Limit {
+			if dl := parse(d); !seen[d.ID] && o.Filter.Match(dl) && len(out.DeadLetters) < o.Limit {
+				seen[d.ID] = true
 				out.DeadLetters = append(out.DeadLetters, dl)
 			}
 			d.Body = nil // held for nothing but its place
