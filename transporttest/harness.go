@@ -28,6 +28,11 @@ type Harness struct {
 	// tests are skipped, naming it.
 	URL string
 
+	// AttemptsNotKept, when set, says why the transport cannot yet carry
+	// a message's attempts to its next holder after a holder crashed; the
+	// fault suite's PoisonCrashesItsProcess is skipped, naming it.
+	AttemptsNotKept string
+
 	// Lanes is the number of lanes the suite asks for when it creates a
 	// topic (Client.CreateTopic). Default: 4. Transports whose lane count
 	// is fixed by the URL set it to that count.
