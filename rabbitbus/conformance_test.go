@@ -2,6 +2,7 @@ package rabbitbus
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/omnibus-go/omnibus"
@@ -51,7 +52,12 @@ func faultHarness(params string) func(t *testing.T) transporttest.Harness {
 	return func(t *testing.T) transporttest.Harness {
 		node := rabbitnode.Start(t)
 		url := node.URL(params)
+		gap := ""
+		if strings.Contains(params, "partitions=") {
+			gap = "a partition queue's messages prefetched by a crashing holder are redelivered with their delivery count raised; one that reaches MaxAttempts beside the poisoned message is dead-lettered with it"
+		}
 		return transporttest.Harness{
+			PoisonGap: gap,
 			Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
 				c, err := omnibus.Open(ctx, url)
 				if err != nil {

@@ -28,10 +28,11 @@ type Harness struct {
 	// tests are skipped, naming it.
 	URL string
 
-	// AttemptsNotKept, when set, says why the transport cannot yet carry
-	// a message's attempts to its next holder after a holder crashed; the
-	// fault suite's PoisonCrashesItsProcess is skipped, naming it.
-	AttemptsNotKept string
+	// PoisonGap, when set, says why the transport cannot yet dead-letter
+	// a message that crashes its holders after MaxAttempts of them, and
+	// only it; the fault suite's PoisonCrashesItsProcess is skipped,
+	// naming it. It is a known defect, said where it is.
+	PoisonGap string
 
 	// Lanes is the number of lanes the suite asks for when it creates a
 	// topic (Client.CreateTopic). Default: 4. Transports whose lane count
