@@ -54,7 +54,7 @@ type laneView struct {
 	Lag       int64    `json:"lag"`
 	Known     bool     `json:"known"`
 	Age       *float64 `json:"age,omitempty"`
-	Committed int64    `json:"committed,omitempty"`
+	Committed int64    `json:"committed"`
 	Owner     string   `json:"owner"`
 }
 
