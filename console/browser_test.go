@@ -196,9 +196,9 @@ func TestBrowser(t *testing.T) {
 				t.Errorf("the dead letter's reason %q (%v), want the handler's error", reason, err)
 			}
 			err = chromedp.Do(bctx,
-				chromedp.Click(`tr[data-test=group][data-group=billing]`),
+				click(`tr[data-test=group][data-group=billing]`),
 				chromedp.WaitVisible(`tr[data-test=lane]`),
-				chromedp.Click(row),
+				click(row),
 				chromedp.WaitVisible(`pre[data-test=body]`),
 			)
 			if err != nil {
@@ -220,7 +220,7 @@ func TestBrowser(t *testing.T) {
 					_, err := chromedp.Evaluate[bool](`window.confirm = () => true, true`)(ctx, t)
 					return err
 				}),
-				chromedp.Click(`button[data-test=replay]`),
+				click(`button[data-test=replay]`),
 				chromedp.WaitVisible(`div[data-test=job][data-state=done]`),
 				waitText(`[data-test=dlq-count]`, "0 dead letters"),
 			)
@@ -297,6 +297,26 @@ func browser(t *testing.T, exe string) context.Context {
 		t.Fatalf("start chromium: %v", err)
 	}
 	return bctx
+}
+
+// click clicks the first element matching sel once there is one, in the
+// page: the page renders itself again at each update, so a node found
+// by the protocol may be gone by the time it is clicked.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true; })()`, sel)
+		for {
+			ok, err := chromedp.Evaluate[bool](js)(ctx, t)
+			if err != nil || ok {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("click %s: %w", sel, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
 }
 
 // waitText waits until the first element matching sel has text want.

@@ -64,8 +64,11 @@ func newLaneView(l omnibus.LaneLag, owner string, ordered bool, members int) lan
 		a := l.Age.Seconds()
 		v.Age = &a
 	}
-	if v.Owner == "" && !ordered && members >= 0 {
-		// A competing-consumer queue: every member reads it.
+	switch {
+	case v.Owner != "" || ordered || members < 0:
+	case members == 0:
+		v.Owner = "no member"
+	default: // a competing-consumer queue: every member reads it
 		v.Owner = "shared by all " + itoa(members) + " members"
 	}
 	return v
