@@ -111,8 +111,8 @@ func (s *source) view(id int) sourceView {
 	defer s.mu.Unlock()
 	v := sourceView{ID: id, Name: s.name, Transport: scheme(s.cfg.URL), Status: s.status, Error: s.err,
 		Lag: s.caps.Lag.String(), Ordered: s.caps.Ordered, Groups: []groupView{}, Dead: []deadTopicView{}, Jobs: []jobView{}}
-	if !s.retryAt.IsZero() {
-		v.RetryAt = &s.retryAt
+	if at := s.retryAt; !at.IsZero() {
+		v.RetryAt = &at
 	}
 	for _, g := range s.groups {
 		gv := groupView{Topic: g.topic, Group: g.name, Total: g.total, Known: g.known, MaxAge: g.maxAge,
@@ -128,8 +128,8 @@ func (s *source) view(id int) sourceView {
 	}
 	for _, d := range s.dead {
 		dv := deadTopicView{Topic: d.topic, Count: d.count, Total: d.total, Error: d.err, Messages: []dlq.View{}}
-		if !d.listedAt.IsZero() {
-			dv.ListedAt = &d.listedAt
+		if at := d.listedAt; !at.IsZero() {
+			dv.ListedAt = &at
 		}
 		for _, l := range d.listed {
 			mv := l.dl.View(previewBytes)

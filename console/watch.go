@@ -222,7 +222,8 @@ func (s *source) sampleGroup(ctx context.Context, c *omnibus.Client, g *group, n
 			}
 		}
 		if g.known {
-			p.Lag = &g.total
+			total := g.total
+			p.Lag = &total
 		}
 		p.MaxAge = g.maxAge
 	}
