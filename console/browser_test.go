@@ -152,7 +152,7 @@ func TestBrowser(t *testing.T) {
 			s := startShop(t, ctx, c, ns+".orders")
 
 			srv, err := console.New(console.Options{
-				Sources: []console.Source{{URL: raw, Topics: []string{s.topic}, Groups: []string{"billing", "shipping"}}},
+				Sources:  []console.Source{{URL: raw, Topics: []string{s.topic}, Groups: []string{"billing", "shipping"}}},
 				Interval: 500 * time.Millisecond, AllowReplay: true,
 			})
 			if err != nil {

@@ -27,17 +27,17 @@ type source struct {
 	srv    *Server
 	relist chan struct{} // asks the lister for a listing now
 
-	mu       sync.Mutex
-	client   *omnibus.Client
-	status   string // "connecting", "ok", "unreachable"
-	err      string
-	retryAt  time.Time
-	caps     omnibus.Capabilities
-	groups   []*group
-	dead     []*deadTopic
-	jobs     []*job
-	nextJob  int
-	jobsWG   sync.WaitGroup // the jobs' goroutines
+	mu      sync.Mutex
+	client  *omnibus.Client
+	status  string // "connecting", "ok", "unreachable"
+	err     string
+	retryAt time.Time
+	caps    omnibus.Capabilities
+	groups  []*group
+	dead    []*deadTopic
+	jobs    []*job
+	nextJob int
+	jobsWG  sync.WaitGroup // the jobs' goroutines
 }
 
 // group is one watched topic and group.
