@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,18 +151,10 @@ func TestBrowser(t *testing.T) {
 			c := observetest.Open(t, raw)
 			s := startShop(t, ctx, c, ns+".orders")
 
-			srv, err := console.New(console.Options{
+			url := serve(t, console.Options{
 				Sources:  []console.Source{{URL: raw, Topics: []string{s.topic}, Groups: []string{"billing", "shipping"}}},
 				Interval: 500 * time.Millisecond, AllowReplay: true,
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rctx, stop := context.WithCancel(ctx)
-			ran := make(chan error, 1)
-			go func() { ran <- srv.Run(rctx) }()
-			hs := httptest.NewServer(srv.Handler())
-			defer func() { stop(); <-ran; hs.Close() }()
 
 			base := browser(t, exe)
 			shot := func(name string) {
@@ -182,8 +174,8 @@ func TestBrowser(t *testing.T) {
 			row := fmt.Sprintf(`tr[data-test=dead-letter][data-id=%q]`, s.poisonID)
 			bctx, cancelB := context.WithTimeout(base, 45*time.Second)
 			defer cancelB()
-			err = chromedp.Do(bctx,
-				chromedp.Navigate(hs.URL),
+			err := chromedp.Do(bctx,
+				chromedp.Navigate(url),
 				waitText(billingLag, fmt.Sprint(backlog)),
 				chromedp.WaitVisible(row),
 			)
@@ -243,36 +235,16 @@ func TestBrowser(t *testing.T) {
 // its error and no password, and is tried again.
 func TestUnreachable(t *testing.T) {
 	exe := chromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var tries sync.WaitGroup
-	tries.Add(2)
-	var once [2]sync.Once
-	n := 0
-	var mu sync.Mutex
-	srv, err := console.New(console.Options{Sources: []console.Source{{
+	var tries atomic.Int64
+	url := serve(t, console.Options{Sources: []console.Source{{
 		URL: "amqp://guest:s3cret@127.0.0.1:1/", Topics: []string{"orders"}, Groups: []string{"billing"},
 		Open: func(ctx context.Context) (*omnibus.Client, error) {
-			mu.Lock()
-			i := n
-			n++
-			mu.Unlock()
-			if i < 2 {
-				once[i].Do(tries.Done)
-			}
+			tries.Add(1)
 			return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused (amqp://guest:s3cret@127.0.0.1:1/)")
 		}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- srv.Run(rctx) }()
-	hs := httptest.NewServer(srv.Handler())
-	defer func() { stop(); <-ran; hs.Close() }()
 	bctx, cancelB := context.WithTimeout(browser(t, exe), 20*time.Second)
 	defer cancelB()
-	if err := chromedp.Do(bctx, chromedp.Navigate(hs.URL), chromedp.WaitVisible(`[data-test=unreachable]`)); err != nil {
+	if err := chromedp.Do(bctx, chromedp.Navigate(url), chromedp.WaitVisible(`[data-test=unreachable]`)); err != nil {
 		t.Fatal(err)
 	}
 	banner, err := chromedp.Run(bctx, chromedp.Text(`[data-test=unreachable]`))
@@ -282,7 +254,12 @@ func TestUnreachable(t *testing.T) {
 	if !strings.Contains(banner, "connection refused") || !strings.Contains(banner, "Retrying") || strings.Contains(banner, "s3cret") {
 		t.Errorf("banner %q: want the error, Retrying, no password", banner)
 	}
-	tries.Wait() // tried again
+	observetest.Eventually(t, 10*time.Second, func() error {
+		if n := tries.Load(); n < 2 {
+			return fmt.Errorf("opened %d times, want it tried again", n)
+		}
+		return nil
+	})
 }
 
 // browser starts headless Chromium for the test.

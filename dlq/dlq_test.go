@@ -41,6 +41,36 @@ var transports = append(slices.Clone(observetest.Transports),
 	}},
 )
 
+// fixture is a service of topic orders (group billing) on a transport,
+// and the dead letters it made.
+type fixture struct {
+	ctx         context.Context
+	c           *omnibus.Client
+	ns          string
+	topic, dead string
+	svc         *dlqtest.Service
+	ids         []string
+	q           *dlq.Queue
+}
+
+// setup makes n dead letters (bodies from body, see dlqtest.Publish) on tr.
+func setup(t *testing.T, tr observetest.Transport, n int, body func(int) []byte) *fixture {
+	t.Helper()
+	f := &fixture{ctx: ctxT(t, 3*time.Minute), ns: observetest.Namespace()}
+	f.c = observetest.Open(t, tr.URL(t, f.ns))
+	f.topic, f.dead = f.ns+".orders", f.ns+".orders.dlq"
+	if err := f.c.CreateTopic(f.ctx, f.topic, 4); err != nil {
+		t.Fatal(err)
+	}
+	f.svc = dlqtest.Start(t, f.ctx, f.c, f.topic, "billing")
+	f.ids = f.svc.Publish(t, f.ctx, f.c, f.topic, n, body)
+	var err error
+	if f.q, err = dlq.New(f.c, f.dead); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -56,27 +86,15 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 func TestListAndReplay(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.Name, func(t *testing.T) {
-			ctx := ctxT(t, 3*time.Minute)
-			ns := observetest.Namespace()
-			c := observetest.Open(t, tr.URL(t, ns))
-			topic, dead := ns+".orders", ns+".orders.dlq"
-			if err := c.CreateTopic(ctx, topic, 4); err != nil {
-				t.Fatal(err)
-			}
-			svc := dlqtest.Start(t, ctx, c, topic, "billing")
 			large := bytes.Repeat([]byte("0123456789abcdef"), 512<<10/16)
 			const n = 300
-			ids := svc.Publish(t, ctx, c, topic, n, func(i int) []byte {
+			f := setup(t, tr, n, func(i int) []byte {
 				if i == 7 {
 					return large
 				}
-				return []byte(fmt.Sprintf(`{"order":%d}`, i))
+				return fmt.Appendf(nil, `{"order":%d}`, i)
 			})
-
-			q, err := dlq.New(c, dead)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ctx, c, ns, topic, dead, svc, ids, q := f.ctx, f.c, f.ns, f.topic, f.dead, f.svc, f.ids, f.q
 			for round := range 2 {
 				l, err := q.List(ctx, dlq.ListOptions{Limit: 1000})
 				if err != nil {
@@ -222,20 +240,9 @@ func checkParsed(t *testing.T, dls []*dlq.DeadLetter, ids []string, topic string
 func TestStopAndDelete(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.Name, func(t *testing.T) {
-			ctx := ctxT(t, 3*time.Minute)
-			ns := observetest.Namespace()
-			c := observetest.Open(t, tr.URL(t, ns))
-			topic, dead := ns+".orders", ns+".orders.dlq"
-			if err := c.CreateTopic(ctx, topic, 4); err != nil {
-				t.Fatal(err)
-			}
-			svc := dlqtest.Start(t, ctx, c, topic, "billing")
 			const n = 1000
-			ids := svc.Publish(t, ctx, c, topic, n, nil)
-			q, err := dlq.New(c, dead)
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := setup(t, tr, n, nil)
+			ctx, svc, ids, q := f.ctx, f.svc, f.ids, f.q
 
 			var k5 []string
 			for i, id := range ids {
