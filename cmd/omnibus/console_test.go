@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/omnibus-go/omnibus"
 )
 
@@ -94,5 +96,39 @@ func TestConsoleUsage(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.args, r.code, r.stderr, exitUsage, c.want)
 		}
+	}
+}
+
+// TestKafkaOwners: the console's owners of a Kafka group's partitions are
+// its members, read with kadm.
+func TestKafkaOwners(t *testing.T) {
+	cl, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	raw := "kafka://" + strings.Join(cl.ListenAddrs(), ",") + "?heartbeat_interval=100ms&fetch_max_wait=100ms"
+	ctx := ctxT(t)
+	c, err := omnibus.Open(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	k, err := c.Subscribe(ctx, "orders", func(context.Context, *omnibus.Message) error { return nil }, omnibus.Group("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	go k.Run(ctx)
+	owners := ownersOf(raw)
+	eventually(t, 30*time.Second, func() error {
+		got, err := owners(ctx, c, "orders", "billing")
+		if err != nil || len(got) != 2 || got["0"] == "" || got["0"] != got["1"] {
+			return fmt.Errorf("owners %v, %v; want one member holding partitions 0 and 1", got, err)
+		}
+		return nil
+	})
+	if ownersOf("amqp://127.0.0.1/") != nil {
+		t.Error("owners for RabbitMQ, which cannot tell them")
 	}
 }
