@@ -66,6 +66,9 @@ func (q *Queue) exists(ctx context.Context, topic string) (bool, error) {
 // cannot tell, or the group has not read the topic yet (a log's group
 // exists once it has read). It costs one lag read.
 func (q *Queue) Count(ctx context.Context) (n int64, known bool, err error) {
+	if k := q.client.Capabilities().Lag; k != driver.LagRecords && k != driver.LagDepth {
+		return 0, false, nil // a lag in time is no count
+	}
 	lags, err := q.client.Lag(ctx, q.topic, Group(q.topic))
 	if errors.Is(err, omnibus.ErrNotFound) {
 		return 0, false, nil

@@ -119,8 +119,11 @@ func openSession(ctx context.Context, conn driver.Conn, topic string, o sessionO
 	}
 	s.ordered = s.committer != nil || conn.Capabilities().Ordered
 	// The group's lag on every lane, those the session does not hold
-	// yet included (lanes of leases are claimed one at a time).
-	if g, ok := conn.(driver.GroupLagReader); ok {
+	// yet included (lanes of leases are claimed one at a time), where it
+	// counts messages.
+	if k := conn.Capabilities().Lag; k != driver.LagRecords && k != driver.LagDepth {
+		// a lag in time says nothing of what is left to read
+	} else if g, ok := conn.(driver.GroupLagReader); ok {
 		s.lag = func(ctx context.Context) ([]driver.LaneLag, error) { return g.GroupLag(ctx, topic, Group(topic)) }
 	} else if r, ok := sub.(driver.LagReader); ok {
 		s.lag = r.Lag
