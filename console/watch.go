@@ -96,7 +96,12 @@ func (s *source) set(fn func()) {
 func (s *source) connect(ctx context.Context) (*omnibus.Client, error) {
 	wait := time.Second
 	for {
-		s.set(func() { s.status, s.retryAt = "connecting", time.Time{} })
+		s.set(func() {
+			if s.status != "unreachable" { // an unreachable source stays so, with its error, while it is tried again
+				s.status = "connecting"
+			}
+			s.retryAt = time.Time{}
+		})
 		octx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		c, err := s.cfg.Open(octx)
 		cancel()

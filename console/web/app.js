@@ -223,7 +223,7 @@ function sourceSection(s) {
   return h("section", {class: "source", "data-test": "source"},
     h("h2", {}, s.name, " ", h("span", {class: "tag " + (s.status === "ok" ? "ok" : "bad"), "data-test": "status"}, s.status)),
     s.status === "unreachable" ? h("div", {class: "banner", "data-test": "unreachable"},
-      `Cannot reach ${s.name}: ${s.error}. Retrying`, s.retry_at ? ` in ${Math.max(0, Math.round((new Date(s.retry_at) - Date.now()) / 1000))} s` : "", "…") : null,
+      `Cannot reach ${s.name}: ${s.error}. Retrying`, s.retry_at ? ` in ${Math.max(0, Math.round((new Date(s.retry_at) - Date.now()) / 1000))} s` : " now", "…") : null,
     h("h3", {}, "Consumer groups ", h("span", {class: "muted"}, `lag in ${s.lag_kind === "depth" ? "messages pending" : "records"}; click a group for its lanes`)),
     groups.length === 0 ? h("p", {class: "muted"}, "No group named: start the console with --topic and --group.") :
       h("table", {"data-test": "groups"},
