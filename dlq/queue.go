@@ -104,7 +104,7 @@ type Listing struct {
 }
 
 // List reads the dead letters left and returns those the filter selects,
-// oldest first per lane. It settles nothing: brokers get the messages
+// oldest first per lane, each ID once. It settles nothing: brokers get the messages
 // back unacknowledged when it ends (with their redelivered flag set),
 // logs are not committed. A topic that does not exist is an error
 // wrapping ErrNotFound.
@@ -123,6 +123,7 @@ func (q *Queue) List(ctx context.Context, o ListOptions) (*Listing, error) {
 	}
 	defer s.close()
 	out := &Listing{DeadLetters: []*DeadLetter{}}
+	seen := map[string]bool{} // a broker may deliver a message again (a channel reopened): list it once
 	for len(out.DeadLetters) < o.Limit {
 		ds, err := s.next(ctx, pollEvery)
 		if errors.Is(err, errFull) {
@@ -136,7 +137,8 @@ func (q *Queue) List(ctx context.Context, o ListOptions) (*Listing, error) {
 		}
 		for _, d := range ds {
 			out.Read++
-			if dl := parse(d); o.Filter.Match(dl) && len(out.DeadLetters) < o.Limit {
+			if dl := parse(d); !seen[dl.ID] && o.Filter.Match(dl) && len(out.DeadLetters) < o.Limit {
+				seen[dl.ID] = true
 				out.DeadLetters = append(out.DeadLetters, dl)
 			}
 			d.Body = nil // held for nothing but its place
