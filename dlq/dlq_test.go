@@ -109,7 +109,7 @@ func TestListAndReplay(t *testing.T) {
 				if err != nil {
 					t.Fatalf("list %d: %v", round, err)
 				}
-				if got := len(l.DeadLetters); got != n || l.Read != n {
+				if got := len(l.DeadLetters); got != n || l.Read < n {
 					checkParsed(t, l.DeadLetters, ids, topic, large)
 					t.Fatalf("list %d: %d dead letters (%d read), want %d", round, got, l.Read, n)
 				}
