@@ -54,7 +54,7 @@ type laneView struct {
 	Lag       int64    `json:"lag"`
 	Known     bool     `json:"known"`
 	Age       *float64 `json:"age,omitempty"`
-	Committed int64    `json:"committed,omitempty"`
+	Committed int64    `json:"committed"`
 	Owner     string   `json:"owner"`
 }
 
@@ -64,8 +64,11 @@ func newLaneView(l omnibus.LaneLag, owner string, ordered bool, members int) lan
 		a := l.Age.Seconds()
 		v.Age = &a
 	}
-	if v.Owner == "" && !ordered && members >= 0 {
-		// A competing-consumer queue: every member reads it.
+	switch {
+	case v.Owner != "" || ordered || members < 0:
+	case members == 0:
+		v.Owner = "no member"
+	default: // a competing-consumer queue: every member reads it
 		v.Owner = "shared by all " + itoa(members) + " members"
 	}
 	return v
@@ -108,8 +111,8 @@ func (s *source) view(id int) sourceView {
 	defer s.mu.Unlock()
 	v := sourceView{ID: id, Name: s.name, Transport: scheme(s.cfg.URL), Status: s.status, Error: s.err,
 		Lag: s.caps.Lag.String(), Ordered: s.caps.Ordered, Groups: []groupView{}, Dead: []deadTopicView{}, Jobs: []jobView{}}
-	if !s.retryAt.IsZero() {
-		v.RetryAt = &s.retryAt
+	if at := s.retryAt; !at.IsZero() {
+		v.RetryAt = &at
 	}
 	for _, g := range s.groups {
 		gv := groupView{Topic: g.topic, Group: g.name, Total: g.total, Known: g.known, MaxAge: g.maxAge,
@@ -125,8 +128,8 @@ func (s *source) view(id int) sourceView {
 	}
 	for _, d := range s.dead {
 		dv := deadTopicView{Topic: d.topic, Count: d.count, Total: d.total, Error: d.err, Messages: []dlq.View{}}
-		if !d.listedAt.IsZero() {
-			dv.ListedAt = &d.listedAt
+		if at := d.listedAt; !at.IsZero() {
+			dv.ListedAt = &at
 		}
 		for _, l := range d.listed {
 			mv := l.dl.View(previewBytes)

@@ -27,17 +27,17 @@ type source struct {
 	srv    *Server
 	relist chan struct{} // asks the lister for a listing now
 
-	mu       sync.Mutex
-	client   *omnibus.Client
-	status   string // "connecting", "ok", "unreachable"
-	err      string
-	retryAt  time.Time
-	caps     omnibus.Capabilities
-	groups   []*group
-	dead     []*deadTopic
-	jobs     []*job
-	nextJob  int
-	jobsWG   sync.WaitGroup // the jobs' goroutines
+	mu      sync.Mutex
+	client  *omnibus.Client
+	status  string // "connecting", "ok", "unreachable"
+	err     string
+	retryAt time.Time
+	caps    omnibus.Capabilities
+	groups  []*group
+	dead    []*deadTopic
+	jobs    []*job
+	nextJob int
+	jobsWG  sync.WaitGroup // the jobs' goroutines
 }
 
 // group is one watched topic and group.
@@ -96,7 +96,12 @@ func (s *source) set(fn func()) {
 func (s *source) connect(ctx context.Context) (*omnibus.Client, error) {
 	wait := time.Second
 	for {
-		s.set(func() { s.status, s.retryAt = "connecting", time.Time{} })
+		s.set(func() {
+			if s.status != "unreachable" { // an unreachable source stays so, with its error, while it is tried again
+				s.status = "connecting"
+			}
+			s.retryAt = time.Time{}
+		})
 		octx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		c, err := s.cfg.Open(octx)
 		cancel()
@@ -222,7 +227,8 @@ func (s *source) sampleGroup(ctx context.Context, c *omnibus.Client, g *group, n
 			}
 		}
 		if g.known {
-			p.Lag = &g.total
+			total := g.total
+			p.Lag = &total
 		}
 		p.MaxAge = g.maxAge
 	}

@@ -15,15 +15,24 @@ import (
 	"github.com/omnibus-go/omnibus/dlq/dlqtest"
 	"github.com/omnibus-go/omnibus/internal/observe/observetest"
 	"github.com/omnibus-go/omnibus/internal/testenv"
+	_ "github.com/omnibus-go/omnibus/kinesisbus"
 	_ "github.com/omnibus-go/omnibus/redisbus"
 	"github.com/redis/go-redis/v9"
 )
 
 // transports are observetest's, JetStream in partitioned mode (the
-// omnibus command's default) and Redis Streams.
+// omnibus command's default), Kinesis (kinesalite and dynalite) and Redis
+// Streams.
 var transports = append(slices.Clone(observetest.Transports),
 	observetest.Transport{Name: "nats-partitioned", URL: func(t testing.TB, ns string) string {
 		return "nats://embedded?partitions=4&dir=" + t.TempDir()
+	}},
+	observetest.Transport{Name: "kinesis", URL: func(t testing.TB, ns string) string {
+		testenv.Require(t, "kinesalite", "127.0.0.1:4567", "scripts/test.sh")
+		testenv.Require(t, "dynalite", "127.0.0.1:4568", "scripts/test.sh")
+		t.Cleanup(func() { deleteKinesis(t, ns) })
+		return "kinesis://AKIDTEST:secretTEST@us-east-1?endpoint=http://127.0.0.1:4567&dynamodb_endpoint=http://127.0.0.1:4568" +
+			"&failover_time=1s&shard_sync_interval=1s&poll_interval=50ms"
 	}},
 	observetest.Transport{Name: "redis", URL: func(t testing.TB, ns string) string {
 		testenv.Require(t, "Redis", "127.0.0.1:6379", "redis-server --daemonize yes")
@@ -41,6 +50,36 @@ var transports = append(slices.Clone(observetest.Transports),
 	}},
 )
 
+// fixture is a service of topic orders (group billing) on a transport,
+// and the dead letters it made.
+type fixture struct {
+	ctx         context.Context
+	c           *omnibus.Client
+	ns          string
+	topic, dead string
+	svc         *dlqtest.Service
+	ids         []string
+	q           *dlq.Queue
+}
+
+// setup makes n dead letters (bodies from body, see dlqtest.Publish) on tr.
+func setup(t *testing.T, tr observetest.Transport, n int, body func(int) []byte) *fixture {
+	t.Helper()
+	f := &fixture{ctx: ctxT(t, 3*time.Minute), ns: observetest.Namespace()}
+	f.c = observetest.Open(t, tr.URL(t, f.ns))
+	f.topic, f.dead = f.ns+".orders", f.ns+".orders.dlq"
+	if err := f.c.CreateTopic(f.ctx, f.topic, 4); err != nil {
+		t.Fatal(err)
+	}
+	f.svc = dlqtest.Start(t, f.ctx, f.c, f.topic, "billing")
+	f.ids = f.svc.Publish(t, f.ctx, f.c, f.topic, n, body)
+	var err error
+	if f.q, err = dlq.New(f.c, f.dead); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -56,33 +95,21 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 func TestListAndReplay(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.Name, func(t *testing.T) {
-			ctx := ctxT(t, 3*time.Minute)
-			ns := observetest.Namespace()
-			c := observetest.Open(t, tr.URL(t, ns))
-			topic, dead := ns+".orders", ns+".orders.dlq"
-			if err := c.CreateTopic(ctx, topic, 4); err != nil {
-				t.Fatal(err)
-			}
-			svc := dlqtest.Start(t, ctx, c, topic, "billing")
 			large := bytes.Repeat([]byte("0123456789abcdef"), 512<<10/16)
 			const n = 300
-			ids := svc.Publish(t, ctx, c, topic, n, func(i int) []byte {
+			f := setup(t, tr, n, func(i int) []byte {
 				if i == 7 {
 					return large
 				}
-				return []byte(fmt.Sprintf(`{"order":%d}`, i))
+				return fmt.Appendf(nil, `{"order":%d}`, i)
 			})
-
-			q, err := dlq.New(c, dead)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ctx, c, ns, topic, dead, svc, ids, q := f.ctx, f.c, f.ns, f.topic, f.dead, f.svc, f.ids, f.q
 			for round := range 2 {
 				l, err := q.List(ctx, dlq.ListOptions{Limit: 1000})
 				if err != nil {
 					t.Fatalf("list %d: %v", round, err)
 				}
-				if got := len(l.DeadLetters); got != n || l.Read != n {
+				if got := len(l.DeadLetters); got != n || l.Read < n {
 					checkParsed(t, l.DeadLetters, ids, topic, large)
 					t.Fatalf("list %d: %d dead letters (%d read), want %d", round, got, l.Read, n)
 				}
@@ -96,8 +123,10 @@ func TestListAndReplay(t *testing.T) {
 			// and a log keeps what is published for any group.
 			if tr.Name != "membus" {
 				p, err := q.Replay(ctx, dlq.ReplayOptions{To: ns + ".nowhere"})
-				if !errors.Is(err, omnibus.ErrNotFound) || p.Read != 0 {
-					t.Errorf("replay to a missing topic: %+v, %v; want ErrNotFound, nothing read", p, err)
+				// Read: where the transport cannot tell beforehand
+				// (Kinesis), the publish fails instead.
+				if !errors.Is(err, omnibus.ErrNotFound) || p.Replayed != 0 {
+					t.Errorf("replay to a missing topic: %+v, %v; want ErrNotFound, nothing replayed", p, err)
 				}
 			}
 			if _, err := q.Replay(ctx, dlq.ReplayOptions{To: dead}); !errors.Is(err, omnibus.ErrInvalid) {
@@ -222,20 +251,9 @@ func checkParsed(t *testing.T, dls []*dlq.DeadLetter, ids []string, topic string
 func TestStopAndDelete(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.Name, func(t *testing.T) {
-			ctx := ctxT(t, 3*time.Minute)
-			ns := observetest.Namespace()
-			c := observetest.Open(t, tr.URL(t, ns))
-			topic, dead := ns+".orders", ns+".orders.dlq"
-			if err := c.CreateTopic(ctx, topic, 4); err != nil {
-				t.Fatal(err)
-			}
-			svc := dlqtest.Start(t, ctx, c, topic, "billing")
 			const n = 1000
-			ids := svc.Publish(t, ctx, c, topic, n, nil)
-			q, err := dlq.New(c, dead)
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := setup(t, tr, n, nil)
+			ctx, svc, ids, q := f.ctx, f.svc, f.ids, f.q
 
 			var k5 []string
 			for i, id := range ids {

@@ -42,6 +42,8 @@
 //	NSQ        the channel named after the topic (the first   as RabbitMQ: in flight while read, requeued at the end
 //	           channel gets what the topic kept)
 //
+// The tests run on all of them but NSQ.
+//
 // Each List reads up to the end (or ListOptions.Limit matches), so it
 // costs a transfer of the dead letters left; while it runs, the messages
 // it holds are invisible to anyone else reading the same group. Count is
@@ -85,7 +87,8 @@
 //
 // A replay checks that its target topic exists, where the transport can
 // tell (Kafka, RabbitMQ, JetStream, Redis), and stops before publishing
-// anything there when it does not. On a transport without replay
+// anything there when it does not; on Kinesis the publish fails, and
+// nothing is settled. On a transport without replay
 // (RabbitMQ, NSQ), which keeps a message only for the groups that exist
 // when it arrives, a replay to a dead letter's origin topic also checks
 // that its origin group still reads the topic. On RabbitMQ a topic whose

@@ -66,6 +66,9 @@ func (q *Queue) exists(ctx context.Context, topic string) (bool, error) {
 // cannot tell, or the group has not read the topic yet (a log's group
 // exists once it has read). It costs one lag read.
 func (q *Queue) Count(ctx context.Context) (n int64, known bool, err error) {
+	if k := q.client.Capabilities().Lag; k != driver.LagRecords && k != driver.LagDepth {
+		return 0, false, nil // a lag in time is no count
+	}
 	lags, err := q.client.Lag(ctx, q.topic, Group(q.topic))
 	if errors.Is(err, omnibus.ErrNotFound) {
 		return 0, false, nil
@@ -101,8 +104,7 @@ type Listing struct {
 }
 
 // List reads the dead letters left and returns those the filter selects,
-// oldest first per lane, each ID once (a message dead-lettered twice, as
-// at-least-once delivery allows, is listed once). It settles nothing: brokers get the messages
+// oldest first per lane, each ID once. It settles nothing: brokers get the messages
 // back unacknowledged when it ends (with their redelivered flag set),
 // logs are not committed. A topic that does not exist is an error
 // wrapping ErrNotFound.
@@ -121,7 +123,7 @@ func (q *Queue) List(ctx context.Context, o ListOptions) (*Listing, error) {
 	}
 	defer s.close()
 	out := &Listing{DeadLetters: []*DeadLetter{}}
-	seen := map[string]bool{} // a dead letter stored twice (at least once) is listed once
+	seen := map[string]bool{} // a broker may deliver a message again (a channel reopened): list it once
 	for len(out.DeadLetters) < o.Limit {
 		ds, err := s.next(ctx, pollEvery)
 		if errors.Is(err, errFull) {
@@ -135,8 +137,8 @@ func (q *Queue) List(ctx context.Context, o ListOptions) (*Listing, error) {
 		}
 		for _, d := range ds {
 			out.Read++
-			if dl := parse(d); !seen[d.ID] && o.Filter.Match(dl) && len(out.DeadLetters) < o.Limit {
-				seen[d.ID] = true
+			if dl := parse(d); !seen[dl.ID] && o.Filter.Match(dl) && len(out.DeadLetters) < o.Limit {
+				seen[dl.ID] = true
 				out.DeadLetters = append(out.DeadLetters, dl)
 			}
 			d.Body = nil // held for nothing but its place

@@ -119,8 +119,11 @@ func openSession(ctx context.Context, conn driver.Conn, topic string, o sessionO
 	}
 	s.ordered = s.committer != nil || conn.Capabilities().Ordered
 	// The group's lag on every lane, those the session does not hold
-	// yet included (lanes of leases are claimed one at a time).
-	if g, ok := conn.(driver.GroupLagReader); ok {
+	// yet included (lanes of leases are claimed one at a time), where it
+	// counts messages.
+	if k := conn.Capabilities().Lag; k != driver.LagRecords && k != driver.LagDepth {
+		// a lag in time says nothing of what is left to read
+	} else if g, ok := conn.(driver.GroupLagReader); ok {
 		s.lag = func(ctx context.Context) ([]driver.LaneLag, error) { return g.GroupLag(ctx, topic, Group(topic)) }
 	} else if r, ok := sub.(driver.LagReader); ok {
 		s.lag = r.Lag
@@ -211,9 +214,10 @@ func (s *session) room() driver.Room {
 	return driver.Room{Count: s.window - s.held, Bytes: max(0, s.bytes-s.size), Oversize: s.held == 0}
 }
 
-// drained reports whether the read is over (see next). A lane whose lag
-// is unknown while others' are known (a JetStream partition's consumer
-// being reset at its floor) keeps the read going, up to the wait.
+// drained reports whether the read is over (see next). A lag read that
+// fails (a slow server) or a lane whose lag is unknown (a JetStream
+// partition's consumer being reset at its floor) keeps the read going,
+// up to the wait: ending on a quiet moment would cut the list short.
 func (s *session) drained(ctx context.Context) bool {
 	quiet := time.Since(s.last)
 	if quiet >= s.wait {
@@ -222,13 +226,11 @@ func (s *session) drained(ctx context.Context) bool {
 	if s.lag == nil {
 		return quiet >= s.idle
 	}
-	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	lags, err := s.lag(lctx)
 	cancel()
-	if n, ok := total(lags, err); ok {
-		return n <= int64(s.heldCount())
-	}
-	return (err != nil || len(lags) == 0) && quiet >= s.idle
+	n, ok := total(lags, err)
+	return ok && n <= int64(s.heldCount())
 }
 
 // left reads how many messages the group has left to settle: its lag,

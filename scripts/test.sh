@@ -46,6 +46,8 @@ need_pkg() { # command package
 }
 
 need_pkg kcat kcat
+# Headless Chromium for the console's browser test (package console).
+need_pkg chromium chromium
 
 if ! port_open 5672; then
   need_pkg rabbitmq-server rabbitmq-server

@@ -139,3 +139,18 @@ func TestParseWhen(t *testing.T) {
 		t.Errorf("RFC 3339: %v, %v", got, err)
 	}
 }
+
+// TestMandatoryURL: RabbitMQ URLs get mandatory=true unless they say.
+func TestMandatoryURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"amqp://guest:guest@h:5672/":              "amqp://guest:guest@h:5672/?mandatory=true",
+		"amqps://h/?partitions=4":                 "amqps://h/?partitions=4&mandatory=true",
+		"amqp://h/?mandatory=false":               "amqp://h/?mandatory=false",
+		"kafka://h:9092":                          "kafka://h:9092",
+		"nats://embedded?dir=/tmp/x&partitions=4": "nats://embedded?dir=/tmp/x&partitions=4",
+	} {
+		if got := mandatoryURL(in); got != want {
+			t.Errorf("mandatoryURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

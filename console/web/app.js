@@ -23,7 +23,7 @@ function h(tag, attrs, ...children) {
     if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -135,7 +135,7 @@ function groupRow(s, g) {
         h("table", {class: "small"},
           h("thead", {}, h("tr", {}, ["lane", "owner", "position", "lag", "oldest"].map(c => h("th", {}, c)))),
           h("tbody", {}, g.lanes.map(l => h("tr", {"data-test": "lane"},
-            h("td", {}, l.lane), h("td", {}, l.owner || "—"), h("td", {class: "n"}, l.committed ? num(l.committed) : "—"),
+            h("td", {}, l.lane), h("td", {}, l.owner || "—"), h("td", {class: "n"}, l.committed || s.lag_kind === "records" ? num(l.committed) : "—"),
             h("td", {class: "n"}, l.known ? num(l.lag) : "?"), h("td", {class: "n"}, age(l.age)))))),
         h("div", {}, chart(g.history, 520, 150, true),
           d ? h("p", {class: "muted"}, `Autoscaler (${ui.state.policy}): ${d.action}, ${d.current} → ${d.desired}; ${d.reason}`) : null)))));
@@ -223,7 +223,7 @@ function sourceSection(s) {
   return h("section", {class: "source", "data-test": "source"},
     h("h2", {}, s.name, " ", h("span", {class: "tag " + (s.status === "ok" ? "ok" : "bad"), "data-test": "status"}, s.status)),
     s.status === "unreachable" ? h("div", {class: "banner", "data-test": "unreachable"},
-      `Cannot reach ${s.name}: ${s.error}. Retrying`, s.retry_at ? ` in ${Math.max(0, Math.round((new Date(s.retry_at) - Date.now()) / 1000))} s` : "", "…") : null,
+      `Cannot reach ${s.name}: ${s.error}. Retrying`, s.retry_at ? ` in ${Math.max(0, Math.round((new Date(s.retry_at) - Date.now()) / 1000))} s` : " now", "…") : null,
     h("h3", {}, "Consumer groups ", h("span", {class: "muted"}, `lag in ${s.lag_kind === "depth" ? "messages pending" : "records"}; click a group for its lanes`)),
     groups.length === 0 ? h("p", {class: "muted"}, "No group named: start the console with --topic and --group.") :
       h("table", {"data-test": "groups"},
@@ -250,8 +250,7 @@ function render() {
     st.allow_replay ? h("span", {class: "tag warn"}, "replay allowed") : h("span", {class: "tag"}, "read-only"));
   const scrollY = window.scrollY;
   document.getElementById("app").replaceChildren(
-    ui.notice ? h("p", {class: "notice", "data-test": "notice"}, ui.notice) : null,
-    st.sources.map(sourceSection));
+    ...[ui.notice ? h("p", {class: "notice", "data-test": "notice"}, ui.notice) : null, ...st.sources.map(sourceSection)].filter(Boolean));
   window.scrollTo(0, scrollY);
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/dlq"
+	"github.com/omnibus-go/omnibus/internal/observe/observetest"
 )
 
 // Service is a consumer group that fails every message for good (so the
@@ -163,19 +164,5 @@ func (s *Service) WaitHandled(t testing.TB, ids []string) {
 	}
 }
 
-// Eventually polls fn until it returns nil, failing the test with fn's
-// last error after d.
-func Eventually(t testing.TB, d time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// Eventually is observetest.Eventually.
+var Eventually = observetest.Eventually
