@@ -11,18 +11,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-// take removes the deliveries from the held set and returns their
-// messages, leaving out those of lanes whose lease ran out (the lane's
-// next owner reads them again). With ack, it records the highest
-// sequence acknowledged per reader; without (Nack), a partition's reader
-// expects them back.
-func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
-	msgs := make([]jetstream.Msg, 0, len(ds))
+// take removes the deliveries from the held set and returns them,
+// leaving out those of lanes whose lease ran out (the lane's next owner
+// reads them again). With ack, it records the highest sequence
+// acknowledged per reader; without (Nack), a partition's reader expects
+// them back.
+func (s *sub) take(ds []*driver.Delivery, ack bool) []*held {
+	hs := make([]*held, 0, len(ds))
 	now := time.Now()
 	s.mu.Lock()
 	for _, d := range ds {
@@ -31,7 +29,7 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
 			continue
 		}
 		if s.held.remove(h) && h.r.valid(now) {
-			msgs = append(msgs, h.msg)
+			hs = append(hs, h)
 			switch {
 			case ack && !h.r.exclusive:
 				h.r.recent[h.r.recentAt] = h.seq
@@ -44,15 +42,31 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
 		}
 	}
 	s.mu.Unlock()
-	return msgs
+	return hs
 }
 
-// Ack implements driver.Acker. The acknowledgements are written to the
-// connection; a lost one means a redelivery, never a loss.
-func (s *sub) Ack(_ context.Context, ds []*driver.Delivery) error {
+// Ack implements driver.Acker. It returns once the server has applied
+// the acknowledgements: the last one of each consumer is a double ack,
+// which the server answers after the ones before it on the connection.
+// So what Ack returned for is not delivered again when the process dies
+// the moment after (the engine runs a suspect only then); a plain ack
+// still in the connection's buffer dies with it.
+func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	var errs []error
-	for _, m := range s.take(ds, true) {
-		if err := m.Ack(); err != nil {
+	hs := s.take(ds, true)
+	for i, h := range hs {
+		if lastOfReader(hs[i+1:], h.r) {
+			continue
+		}
+		if err := h.msg.Ack(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i, h := range hs {
+		if !lastOfReader(hs[i+1:], h.r) {
+			continue
+		}
+		if err := h.msg.DoubleAck(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -65,8 +79,8 @@ func (s *sub) Ack(_ context.Context, ds []*driver.Delivery) error {
 // Nack implements driver.Nacker with NakWithDelay.
 func (s *sub) Nack(_ context.Context, ds []*driver.Delivery, delay time.Duration) error {
 	var errs []error
-	for _, m := range s.take(ds, false) {
-		if err := m.NakWithDelay(delay); err != nil {
+	for _, h := range s.take(ds, false) {
+		if err := h.msg.NakWithDelay(delay); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -74,4 +88,15 @@ func (s *sub) Nack(_ context.Context, ds []*driver.Delivery, delay time.Duration
 		return fmt.Errorf("natsbus: nack %q: %d of %d failed: %w", s.topic, len(errs), len(ds), classify(errors.Join(errs...)))
 	}
 	return nil
+}
+
+// lastOfReader reports whether none of rest is r's: the delivery before
+// rest is the last of r's.
+func lastOfReader(rest []*held, r *reader) bool {
+	for _, h := range rest {
+		if h.r == r {
+			return false
+		}
+	}
+	return true
 }
