@@ -169,9 +169,7 @@ func (m *member) bind(sub driver.Subscriber) error {
 	m.sub = sub
 	m.acker, _ = sub.(driver.Acker)
 	m.committer, _ = sub.(driver.Committer)
-	if m.committer != nil {
-		m.keeper, _ = sub.(driver.AttemptKeeper)
-	}
+	m.keeper, _ = sub.(driver.AttemptKeeper)
 	if m.acker == nil && m.committer == nil {
 		return fmt.Errorf("driver %T implements neither Ack nor Commit: %w", sub, ErrUnsupported)
 	}

@@ -160,6 +160,11 @@ func (p *partitioned) claim(part int) {
 	if err == nil {
 		r, err = s.newReader(lane, cons, true)
 	}
+	if err == nil {
+		if next, ok := resumeSeq(cons.CachedInfo()); ok {
+			r.claimAt.Store(next)
+		}
+	}
 	p.kvMu.Lock()
 	if err != nil || l.lost {
 		delete(p.leases, part)

@@ -157,9 +157,6 @@ func faultHarness(params string) func(t *testing.T) transporttest.Harness {
 		}
 		h := harness(u, lanes)
 		h.URL = u
-		if params != "" {
-			h.PoisonGap = "a partition consumer created again at the group's recorded position counts deliveries from 1: the count of the holder that crashed is not kept yet"
-		}
 		h.Restart = func(ctx context.Context, t testing.TB) {
 			srv.stop()
 			srv.start()

@@ -232,9 +232,13 @@
 //     owner handled but could not acknowledge. The order check the tests
 //     apply is the honest one: a message may come again, but never before
 //     an earlier one that was not handled yet.
-//   - A reset starts the consumer afresh, so Delivery.Attempt restarts at
-//     1 for redelivered messages: a message that keeps failing across
-//     handovers gets more than MaxAttempts attempts in all.
+//   - A reset starts the consumer afresh, and with it the server's
+//     delivery counts, so a partitioned group keeps its own count of the
+//     holders that began a lane's first unsettled message (key "b.<lane>"
+//     of the positions bucket; driver.AttemptKeeper). A message whose
+//     handler crashes its process each time is dead-lettered after at
+//     most MaxAttempts+1 processes. A handler that fails without crashing
+//     is retried in the engine, which counts its attempts.
 //   - Ownership rests on timing: a member frozen past its deadline (a
 //     long GC pause, a suspended VM) stops delivering and acknowledging
 //     when it wakes, but a handler already running finishes, possibly
@@ -303,12 +307,14 @@
 // At least once. Deliveries are acknowledged one by one (Ack, explicit
 // ack policy); the engine's retries use NakWithDelay, so a failed message
 // comes back after the backoff, possibly to another member.
-// Delivery.Attempt is the server's delivery count (NumDelivered) and
+// Delivery.Attempt is the server's delivery count (NumDelivered; a
+// partition's is the group's own, see above) and
 // Delivery.Position the stream sequence. The consumer's MaxDeliver is
 // unlimited: the engine counts attempts and dead-letters after
 // MaxAttempts by publishing to the dead-letter topic, then acknowledges.
-// Acknowledgements are written asynchronously; a lost one means a
-// redelivery, never a loss.
+// Ack returns once the server applied the acknowledgements (the last of
+// each consumer is a double ack), so what was settled before a suspect
+// runs is not delivered again when the suspect crashes the process.
 //
 // A message counts as held from the moment the pull iterator returns it,
 // wherever it then waits (the member's inbox, Receive's carry, the

@@ -53,6 +53,9 @@ func (s *sub) hold(r *reader, msg jetstream.Msg) (*held, error) {
 	now := time.Now()
 	h := &held{r: r, seq: md.Sequence.Stream, msg: msg, since: now, first: now}
 	h.d = driver.Delivery{Lane: r.lane, Position: strconv.FormatUint(h.seq, 10), Attempt: int(md.NumDelivered), Token: h}
+	if r.exclusive {
+		h.d.Attempt = 0 // a reset restarts the server's count: the group keeps its own (see claim)
+	}
 	fromMsg(&h.d.Message, msg.Headers(), msg.Data())
 	s.mu.Lock()
 	switch {

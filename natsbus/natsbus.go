@@ -57,6 +57,7 @@ func (d Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (
 // every subscriber.
 type conn struct {
 	cfg *config
+	log *slog.Logger
 	nc  *nats.Conn
 	own bool // natsbus dialed nc, and closes it
 	js  jetstream.JetStream
@@ -97,7 +98,7 @@ func (c *conn) leaveEphemeral(stream, group string) bool {
 }
 
 func open(ctx context.Context, cfg *config, log *slog.Logger, d Driver) (*conn, error) {
-	c := &conn{cfg: cfg, sem: make(chan struct{}, cfg.publishWindow), streams: map[string]*streamRef{},
+	c := &conn{log: log, cfg: cfg, sem: make(chan struct{}, cfg.publishWindow), streams: map[string]*streamRef{},
 		ephemeral: map[ephemeralGroup]int{}}
 	opts := []nats.Option{
 		nats.Name(cfg.name),

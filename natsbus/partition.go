@@ -74,7 +74,7 @@ func (c *conn) subscribePartitioned(ctx context.Context, topic string, ref *stre
 		}
 	}
 	s.startKeeper()
-	return s, nil
+	return keeping{s}, nil
 }
 
 // leaseBucket opens, or creates, the KV bucket of group's leases and

@@ -56,6 +56,9 @@ type reader struct {
 	deadline atomic.Int64
 	lost     atomic.Bool
 	acked    atomic.Uint64 // highest stream sequence acknowledged
+	// claimAt is the lane's resume position when the member claimed it,
+	// until its first delivery (0 after, or without a claim): see claim.
+	claimAt atomic.Uint64
 }
 
 // valid reports whether r's deliveries may still be handed out and

@@ -42,6 +42,9 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 					}
 					continue
 				}
+				if it.r.exclusive {
+					s.claim(ctx, it.h)
+				}
 				s.carry = append(s.carry, &it.h.d)
 			}
 		}

@@ -69,7 +69,12 @@ func (s *sub) settleLocked(ds []*driver.Delivery) []ackPlan {
 }
 
 // Ack implements driver.Acker. Contiguous runs of settled deliveries go
-// out as one multiple ack.
+// out as one multiple ack. Ack returns once the server has processed
+// them: a basic.qos (the channel's prefetch, unchanged) follows them on
+// each channel, and the server answers it after the acks before it. So
+// what Ack returned for is not delivered again when the process dies the
+// moment after (the engine runs a suspect only then); an ack still in
+// the connection's buffer dies with it.
 func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	s.ackMu.Lock()
 	defer s.ackMu.Unlock()
@@ -89,6 +94,9 @@ func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 				errs = append(errs, err)
 				break
 			}
+		}
+		if err := p.ch.Qos(s.prefetch, 0, false); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {

@@ -54,7 +54,7 @@ func faultHarness(params string) func(t *testing.T) transporttest.Harness {
 		url := node.URL(params)
 		gap := ""
 		if strings.Contains(params, "partitions=") {
-			gap = "a partition queue's messages prefetched by a crashing holder are redelivered with their delivery count raised; one that reaches MaxAttempts beside the poisoned message is dead-lettered with it"
+			gap = "a partition's messages held behind the poisoned one (in another lane, in the member's order of suspects) are redelivered with their delivery count raised at each crash without having run; one that reaches MaxAttempts first is dead-lettered, and the poisoned one then runs again"
 		}
 		return transporttest.Harness{
 			PoisonGap: gap,

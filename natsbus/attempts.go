@@ -1,0 +1,109 @@
+package natsbus
+
+// Attempts across holders of a partition (driver.AttemptKeeper): a new
+// owner resets a partition's consumer (see prepare), which starts its
+// delivery counts afresh, so a partitioned group keeps its own count in
+// the group's position bucket: key "b.<lane>" says how many holders
+// began the lane's message at a stream sequence without settling it. A
+// member records its claim when the first delivery of a lane it claimed
+// is the lane's resume position (Receive), and each message the engine
+// begins while it guards the lane (Begin). It runs on the engine's fetch
+// loop and workers; the bucket's revision orders the writers, and the
+// lease decides who may write.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/omnibus-go/omnibus/driver"
+)
+
+// keeping is a partitioned group's subscriber: a sub that keeps attempts
+// across holders.
+type keeping struct{ *sub }
+
+// Begin implements driver.AttemptKeeper: d is its lane's resume position
+// (the engine settled everything before it), and this member begins it.
+func (k keeping) Begin(ctx context.Context, d *driver.Delivery) (int, error) {
+	h, ok := d.Token.(*held)
+	if !ok {
+		return 0, fmt.Errorf("natsbus: begin %q: delivery of lane %q is not from natsbus: %w", k.topic, d.Lane, driver.ErrInvalid)
+	}
+	return k.begin(ctx, h)
+}
+
+// claim gives the first delivery of a lane this member claimed its
+// Attempt: the holders that began it, this one included. It is the
+// lane's first unsettled message: the consumer starts after its ack
+// floor (claimAt), and the sequences between belong to other partitions
+// or were settled. Other deliveries of a partition keep Attempt 0. A
+// failed record leaves it uncounted: the count is a safeguard, not a
+// reason to stop.
+func (s *sub) claim(ctx context.Context, h *held) {
+	at := h.r.claimAt.Load()
+	if at == 0 || h.seq < at || !h.r.claimAt.CompareAndSwap(at, 0) {
+		return
+	}
+	n, err := s.begin(ctx, h)
+	if err != nil {
+		s.c.log.Warn("recording a partition claim's first message failed; it runs uncounted", "topic", s.topic, "lane", h.r.lane, "err", err)
+		return
+	}
+	h.d.Attempt = n
+}
+
+// begun is a lane's record of the holders that began its message at Seq
+// without settling it.
+type begun struct {
+	Seq           uint64    `json:"seq"`
+	Holders       int       `json:"holders"`
+	StreamCreated time.Time `json:"stream_created"`
+}
+
+func begunKey(lane string) string { return "b." + lane }
+
+// begin records one more holder beginning h's message and returns how
+// many did, this one included.
+func (s *sub) begin(ctx context.Context, h *held) (int, error) {
+	if s.pos == nil {
+		return 1, nil
+	}
+	kv, key := s.pos.kv, begunKey(h.r.lane)
+	for range 3 {
+		if !h.r.valid(time.Now()) {
+			return 0, fmt.Errorf("natsbus: begin %q lane %s: the lease ran out: %w", s.topic, h.r.lane, driver.ErrRetryable)
+		}
+		var rec begun
+		var rev uint64
+		e, err := kv.Get(ctx, key)
+		switch {
+		case err == nil:
+			rev = e.Revision()
+			if json.Unmarshal(e.Value(), &rec) != nil || !rec.StreamCreated.Equal(s.pos.created) || rec.Seq != h.seq || rec.Holders < 0 {
+				rec = begun{}
+			}
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return 0, fmt.Errorf("natsbus: begin %q lane %s: %w", s.topic, h.r.lane, classify(err))
+		}
+		rec = begun{Seq: h.seq, Holders: rec.Holders + 1, StreamCreated: s.pos.created}
+		b, _ := json.Marshal(rec) // numbers and a time
+		if rev == 0 {
+			_, err = kv.Create(ctx, key, b)
+		} else {
+			_, err = kv.Update(ctx, key, b, rev)
+		}
+		switch {
+		case err == nil:
+			return rec.Holders, nil
+		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			continue // another holder wrote meanwhile: read it again
+		}
+		return 0, fmt.Errorf("natsbus: begin %q lane %s: %w", s.topic, h.r.lane, classify(err))
+	}
+	return 0, fmt.Errorf("natsbus: begin %q lane %s: written concurrently: %w", s.topic, h.r.lane, driver.ErrRetryable)
+}
