@@ -2,8 +2,10 @@ package kafkabus_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,10 +21,20 @@ import (
 )
 
 // The benchmarks compare omnibus with raw franz-go doing the same work on
-// the same in-process cluster, in the same run: batches of 100 records
-// with a key, the body and the same CloudEvents headers, acks=all and the
-// idempotent producer; consuming in a group from the earliest offset,
-// counting every record and committing asynchronously.
+// the same in-process cluster, in the same run: records with a key, the
+// body and the same CloudEvents headers, acks=all and the idempotent
+// producer; consuming in a group from the earliest offset, counting every
+// record and committing asynchronously.
+//
+// Each comparison is a pair of sub-benchmarks, omnibus/<size> and
+// raw/<size> (and other omnibus variants beside them), run one after the
+// other in one invocation; OMNIBUS_BENCH_RAW_FIRST=1 runs the raw side
+// first. go test's -count repeats each sub-benchmark in a row, so
+// scripts/bench.sh runs the test binary once per round instead, flipping
+// the order every other round, and prints the omnibus/raw ratios:
+//
+//	go test -run '^$' -bench . -benchtime 20000x ./kafkabus/
+//	scripts/bench.sh
 
 var (
 	benchOnce    sync.Once
@@ -64,6 +76,23 @@ var benchSizes = []struct {
 
 const benchBatch = 100
 
+// benchSide is one side of a comparison: omnibus, raw, or a variant.
+type benchSide struct {
+	name string
+	run  func(b *testing.B)
+}
+
+// runSides runs the sides as sub-benchmarks <side>/<size>, in the order
+// given, or reversed when OMNIBUS_BENCH_RAW_FIRST is set.
+func runSides(b *testing.B, size string, sides ...benchSide) {
+	if os.Getenv("OMNIBUS_BENCH_RAW_FIRST") != "" {
+		slices.Reverse(sides)
+	}
+	for _, s := range sides {
+		b.Run(s.name+"/"+size, s.run)
+	}
+}
+
 // rawRecords builds what omnibus puts on the wire for n messages.
 func rawRecords(topic string, n int, body []byte, seq *int) []*kgo.Record {
 	rs := make([]*kgo.Record, n)
@@ -85,9 +114,11 @@ func rawRecords(topic string, n int, body []byte, seq *int) []*kgo.Record {
 	return rs
 }
 
-func rawProducer(b *testing.B, cluster *kfake.Cluster) *kgo.Client {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), kgo.ProducerBatchCompression(kgo.NoCompression()))
+// rawProducer is franz-go's producer as a user configures it, with
+// franz-go's default linger (10ms) unless opts say otherwise.
+func rawProducer(b *testing.B, cluster *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), kgo.ProducerBatchCompression(kgo.NoCompression())}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -108,30 +139,34 @@ func reportRate(b *testing.B, n int, rates map[string]float64, name string) {
 	rate := float64(n) / b.Elapsed().Seconds()
 	b.ReportMetric(rate, "msgs/s")
 	b.ReportMetric(0, "ns/op")
-	rates[name] = rate // the last (largest) run of a sub-benchmark wins
+	if rates != nil {
+		rates[name] = rate // the last (largest) run of a sub-benchmark wins
+	}
 }
 
-func logRatios(b *testing.B, what string, rates map[string]float64) {
+// logRatios prints every side's rate against the raw side's, per size.
+func logRatios(what string, rates map[string]float64) {
 	for _, s := range benchSizes {
-		o, r := rates["omnibus/"+s.name], rates["franz-go/"+s.name]
-		if d := rates["driver/"+s.name]; d > 0 && r > 0 {
-			fmt.Printf("%s %s: kafkabus driver alone (no engine) %.0f msgs/s, %.1f%% of raw\n", what, s.name, d, 100*d/r)
+		r := rates["raw/"+s.name]
+		if r == 0 {
+			continue
 		}
-		if o > 0 && r > 0 {
-			fmt.Printf("%s %s: omnibus %.0f msgs/s, raw franz-go %.0f msgs/s, omnibus/raw %.1f%%\n", what, s.name, o, r, 100*o/r)
-		}
-		if o, r := rates["omnibus-async/"+s.name], rates["franz-go-async/"+s.name]; o > 0 && r > 0 {
-			fmt.Printf("%s %s async: omnibus Publisher %.0f msgs/s, raw franz-go Produce %.0f msgs/s, omnibus/raw %.1f%%\n", what, s.name, o, r, 100*o/r)
+		for _, side := range []string{"omnibus", "omnibus-batch", "driver"} {
+			if o := rates[side+"/"+s.name]; o > 0 {
+				fmt.Printf("%s %s: %s %.0f msgs/s, raw franz-go %.0f msgs/s, %s/raw %.1f%%\n", what, s.name, side, o, r, side, 100*o/r)
+			}
 		}
 	}
 }
 
+// BenchmarkPublish publishes batches of 100 with Client.Publish, and with
+// franz-go's ProduceSync.
 func BenchmarkPublish(b *testing.B) {
 	cluster := benchKafka(b)
 	rates := map[string]float64{}
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
-		b.Run("omnibus/"+s.name, func(b *testing.B) {
+		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
 			topic := benchTopic(b, c)
 			seq := 0
@@ -144,8 +179,7 @@ func BenchmarkPublish(b *testing.B) {
 			}
 			b.StopTimer()
 			reportRate(b, b.N, rates, "omnibus/"+s.name)
-		})
-		b.Run("franz-go/"+s.name, func(b *testing.B) {
+		}}, benchSide{"raw", func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
 			topic := benchTopic(b, c)
 			cl := rawProducer(b, cluster)
@@ -158,9 +192,21 @@ func BenchmarkPublish(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			reportRate(b, b.N, rates, "franz-go/"+s.name)
-		})
-		b.Run("omnibus-async/"+s.name, func(b *testing.B) {
+			reportRate(b, b.N, rates, "raw/"+s.name)
+		}})
+	}
+	logRatios("publish", rates)
+}
+
+// BenchmarkPublishAsync publishes one message at a time without waiting:
+// an omnibus Publisher, then Flush; franz-go's Produce with a promise,
+// then Flush.
+func BenchmarkPublishAsync(b *testing.B) {
+	cluster := benchKafka(b)
+	rates := map[string]float64{}
+	for _, s := range benchSizes {
+		body := make([]byte, s.size)
+		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
 			topic := benchTopic(b, c)
 			p, err := c.Publisher()
@@ -187,9 +233,8 @@ func BenchmarkPublish(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			reportRate(b, b.N, rates, "omnibus-async/"+s.name)
-		})
-		b.Run("franz-go-async/"+s.name, func(b *testing.B) {
+			reportRate(b, b.N, rates, "omnibus/"+s.name)
+		}}, benchSide{"raw", func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
 			topic := benchTopic(b, c)
 			cl := rawProducer(b, cluster)
@@ -214,10 +259,70 @@ func BenchmarkPublish(b *testing.B) {
 			if n := failed.Load(); n > 0 {
 				b.Fatalf("%d failed", n)
 			}
-			reportRate(b, b.N, rates, "franz-go-async/"+s.name)
+			reportRate(b, b.N, rates, "raw/"+s.name)
+		}})
+	}
+	logRatios("publish async", rates)
+}
+
+// benchPublishers is how many goroutines BenchmarkPublishConcurrent
+// publishes from.
+const benchPublishers = 16
+
+// publishConcurrently calls publish b.N times from benchPublishers
+// goroutines, each call waiting for its outcome.
+func publishConcurrently(b *testing.B, publish func(ctx context.Context, seq int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range benchPublishers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				if err := publish(context.Background(), int(i)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
 		})
 	}
-	logRatios(b, "publish", rates)
+	wg.Wait()
+}
+
+// BenchmarkPublishConcurrent publishes one message per call from 16
+// goroutines, each waiting for its acks: Client.Publish, and franz-go's
+// ProduceSync on one shared client.
+func BenchmarkPublishConcurrent(b *testing.B) {
+	cluster := benchKafka(b)
+	s := benchSizes[0]
+	body := make([]byte, s.size)
+	runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+		c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
+		topic := benchTopic(b, c)
+		seq := 0
+		_ = c.Publish(context.Background(), topic, omnibusMessages(1, body, &seq)...)
+		b.ResetTimer()
+		publishConcurrently(b, func(ctx context.Context, i int) error {
+			return c.Publish(ctx, topic, &omnibus.Message{Key: "key-" + strconv.Itoa(i%64), Type: "bench.event", Body: body})
+		})
+		b.StopTimer()
+		reportRate(b, b.N, nil, "")
+	}}, benchSide{"raw", func(b *testing.B) {
+		c := open(b, "kafka://"+cluster.ListenAddrs()[0])
+		topic := benchTopic(b, c)
+		cl := rawProducer(b, cluster)
+		seq := 0
+		_ = cl.ProduceSync(context.Background(), rawRecords(topic, 1, body, &seq)...).FirstErr()
+		b.ResetTimer()
+		publishConcurrently(b, func(ctx context.Context, i int) error {
+			seq := i
+			return cl.ProduceSync(ctx, rawRecords(topic, 1, body, &seq)...).FirstErr()
+		})
+		b.StopTimer()
+		reportRate(b, b.N, nil, "")
+	}})
 }
 
 // fill publishes n records of size to a new topic, untimed.
@@ -234,12 +339,30 @@ func fill(b *testing.B, cluster *kfake.Cluster, c *omnibus.Client, n int, body [
 	return topic
 }
 
+// runUntil runs k until done is closed, and stops the timer then.
+func runUntil(b *testing.B, k *omnibus.Consumer, done <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	b.ResetTimer()
+	go func() { ran <- k.Run(ctx) }()
+	<-done
+	b.StopTimer()
+	cancel()
+	if err := <-ran; err != nil {
+		b.Errorf("Run: %v", err)
+	}
+}
+
+// BenchmarkConsume reads a backlog of b.N records in a group: omnibus
+// with a no-op handler in key mode, omnibus with a no-op batch handler,
+// the kafkabus driver alone (no engine), and a bare franz-go poll loop
+// committing asynchronously.
 func BenchmarkConsume(b *testing.B) {
 	cluster := benchKafka(b)
 	rates := map[string]float64{}
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
-		b.Run("omnibus/"+s.name, func(b *testing.B) {
+		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
 			topic := fill(b, cluster, c, b.N, body)
 			var got atomic.Int64
@@ -250,23 +373,30 @@ func BenchmarkConsume(b *testing.B) {
 					close(done)
 				}
 				return nil
+			}, omnibus.StartFrom(omnibus.StartEarliest), omnibus.Group("bench-"+topic), omnibus.MaxInFlight(1024), omnibus.Order(omnibus.OrderKey))
+			if err != nil {
+				b.Fatal(err)
+			}
+			runUntil(b, k, done)
+			reportRate(b, b.N, rates, "omnibus/"+s.name)
+		}}, benchSide{"omnibus-batch", func(b *testing.B) {
+			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
+			topic := fill(b, cluster, c, b.N, body)
+			var got atomic.Int64
+			done := make(chan struct{})
+			n := int64(b.N)
+			k, err := c.SubscribeBatch(context.Background(), topic, func(ctx context.Context, ms []*omnibus.Message) error {
+				if got.Add(int64(len(ms))) == n {
+					close(done)
+				}
+				return nil
 			}, omnibus.StartFrom(omnibus.StartEarliest), omnibus.Group("bench-"+topic), omnibus.MaxInFlight(1024))
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			ran := make(chan error, 1)
-			b.ResetTimer()
-			go func() { ran <- k.Run(ctx) }()
-			<-done
-			b.StopTimer()
-			cancel()
-			if err := <-ran; err != nil {
-				b.Errorf("Run: %v", err)
-			}
-			reportRate(b, b.N, rates, "omnibus/"+s.name)
-		})
-		b.Run("driver/"+s.name, func(b *testing.B) {
+			runUntil(b, k, done)
+			reportRate(b, b.N, rates, "omnibus-batch/"+s.name)
+		}}, benchSide{"driver", func(b *testing.B) {
 			// The kafkabus Subscriber without the engine: Receive, then
 			// Commit the last delivery of each lane, as the engine would.
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
@@ -297,8 +427,7 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			b.StopTimer()
 			reportRate(b, b.N, rates, "driver/"+s.name)
-		})
-		b.Run("franz-go/"+s.name, func(b *testing.B) {
+		}}, benchSide{"raw", func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
 			topic := fill(b, cluster, c, b.N, body)
 			assigned := make(chan struct{})
@@ -320,10 +449,183 @@ func BenchmarkConsume(b *testing.B) {
 				cl.CommitOffsets(context.Background(), cl.UncommittedOffsets(), nil)
 			}
 			b.StopTimer()
-			reportRate(b, b.N, rates, "franz-go/"+s.name)
-		})
+			reportRate(b, b.N, rates, "raw/"+s.name)
+		}})
 	}
-	logRatios(b, "consume", rates)
+	logRatios("consume", rates)
+}
+
+// BenchmarkLatency publishes 100-byte messages at a paced 1,000 msgs/s
+// (b.Loop's iterations: -benchtime 3s is about 3,000 messages) while a
+// group consumer reads them, and reports the p50, p99 and largest
+// publish→handler latency: an omnibus Publisher and Subscribe, and
+// franz-go's Produce and a poll loop (auto-committing). The raw producer
+// lingers 0, as kafkabus's does by default (franz-go's default, 10ms,
+// would put 5-10ms on raw's side).
+func BenchmarkLatency(b *testing.B) {
+	cluster := benchKafka(b)
+	runSides(b, "100B", benchSide{"omnibus", func(b *testing.B) {
+		c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
+		topic := benchTopic(b, c)
+		p, err := c.Publisher()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close(context.Background())
+		r := newLatencyRecorder()
+		k, err := c.Subscribe(context.Background(), topic, func(_ context.Context, m *omnibus.Message) error {
+			r.received(m.Body)
+			return nil
+		}, omnibus.StartFrom(omnibus.StartEarliest), omnibus.Group("bench-"+topic))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		ran := make(chan error, 1)
+		go func() { ran <- k.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-ran; err != nil {
+				b.Errorf("Run: %v", err)
+			}
+		}()
+		seq := 0
+		measureLatency(b, r, func(body []byte) error {
+			seq++
+			_, err := p.Publish(context.Background(), topic, &omnibus.Message{Key: "key-" + strconv.Itoa(seq%64), Type: "bench.event", Body: body})
+			return err
+		})
+	}}, benchSide{"raw", func(b *testing.B) {
+		c := open(b, "kafka://"+cluster.ListenAddrs()[0])
+		topic := benchTopic(b, c)
+		pr := rawProducer(b, cluster, kgo.ProducerLinger(0))
+		cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumerGroup("bench-"+topic),
+			kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.Balancers(kgo.CooperativeStickyBalancer()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := newLatencyRecorder()
+		ctx, cancel := context.WithCancel(context.Background())
+		polled := make(chan struct{})
+		go func() {
+			defer close(polled)
+			for ctx.Err() == nil {
+				cl.PollFetches(ctx).EachRecord(func(rec *kgo.Record) { r.received(rec.Value) })
+			}
+		}()
+		defer func() {
+			cancel()
+			<-polled
+			cl.Close()
+		}()
+		var failed atomic.Int64
+		seq := 0
+		measureLatency(b, r, func(body []byte) error {
+			rec := rawRecords(topic, 1, body, &seq)[0]
+			pr.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
+				if err != nil {
+					failed.Add(1)
+				}
+			})
+			return nil
+		})
+		if n := failed.Load(); n > 0 {
+			b.Fatalf("%d failed", n)
+		}
+	}})
+}
+
+// latencyRecorder collects publish→handler latencies. A message's body
+// carries its publish time (Unix nanoseconds) and a warm-up flag.
+type latencyRecorder struct {
+	warm     chan struct{} // closed when a warm-up message arrives
+	warmOnce sync.Once
+	mu       sync.Mutex
+	lat      []time.Duration
+}
+
+func newLatencyRecorder() *latencyRecorder { return &latencyRecorder{warm: make(chan struct{})} }
+
+// latencyMessage is a 100-byte body stamped with the time now.
+func latencyMessage(warm bool) []byte {
+	body := make([]byte, 100)
+	binary.BigEndian.PutUint64(body, uint64(time.Now().UnixNano()))
+	if warm {
+		body[8] = 1
+	}
+	return body
+}
+
+// received records the latency of a body a consumer got.
+func (r *latencyRecorder) received(body []byte) {
+	if len(body) < 9 {
+		return
+	}
+	d := time.Duration(time.Now().UnixNano() - int64(binary.BigEndian.Uint64(body)))
+	if body[8] == 1 {
+		r.warmOnce.Do(func() { close(r.warm) })
+		return
+	}
+	r.mu.Lock()
+	r.lat = append(r.lat, d)
+	r.mu.Unlock()
+}
+
+func (r *latencyRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.lat)
+}
+
+// measureLatency sends warm-up messages until one arrives (the consumer
+// is then in place), then one message per b.Loop iteration at a paced
+// 1,000 msgs/s; it waits for them all and reports the p50, p99 and
+// largest latency in milliseconds.
+func measureLatency(b *testing.B, r *latencyRecorder, send func(body []byte) error) {
+	b.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for ready := false; !ready; {
+		if err := send(latencyMessage(true)); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-r.warm:
+			ready = true
+		case <-time.After(100 * time.Millisecond):
+			if time.Now().After(deadline) {
+				b.Fatal("no warm-up message arrived within a minute")
+			}
+		}
+	}
+	sent := 0
+	var start time.Time
+	for b.Loop() {
+		if sent == 0 {
+			start = time.Now()
+		}
+		if d := time.Until(start.Add(time.Duration(sent) * time.Millisecond)); d > 0 {
+			time.Sleep(d)
+		}
+		if err := send(latencyMessage(false)); err != nil {
+			b.Fatal(err)
+		}
+		sent++
+	}
+	for deadline := time.Now().Add(time.Minute); r.count() < sent; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d messages arrived within a minute", r.count(), sent)
+		}
+	}
+	r.mu.Lock()
+	lat := slices.Clone(r.lat)
+	r.mu.Unlock()
+	slices.Sort(lat)
+	at := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / float64(time.Millisecond) }
+	b.ReportMetric(at(0.5), "p50-ms")
+	b.ReportMetric(at(0.99), "p99-ms")
+	b.ReportMetric(at(1), "max-ms")
+	b.ReportMetric(0, "ns/op")
 }
 
 var _ = kafkabus.Scheme
