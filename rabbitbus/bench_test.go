@@ -2,9 +2,11 @@ package rabbitbus
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
+	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,84 +17,311 @@ import (
 	"github.com/omnibus-go/omnibus"
 )
 
-// benchWindow is the in-flight window both sides get: unconfirmed
-// publishes, and the consumer's prefetch.
+// The benchmarks compare omnibus with raw amqp091-go doing the same work
+// on the same server, in one run. Each comparison is a pair of
+// sub-benchmarks, omnibus/<size> and raw/<size>, run one after the
+// other; OMNIBUS_BENCH_RAW_FIRST=1 runs the raw side first. go test's
+// -count repeats each sub-benchmark in a row, so scripts/bench.sh runs
+// the test binary once per round instead, flipping the order every other
+// round, and prints the omnibus/raw ratios:
+//
+//	go test -run '^$' -bench . -benchtime 10000x ./rabbitbus/
+//
+// Each side declares its own exchange and queues and deletes them at the
+// end of its run.
+
+// benchWindow is the in-flight window both sides get in BenchmarkPublish
+// (unconfirmed publishes) and BenchmarkConsume (the consumer's prefetch).
 const benchWindow = 256
 
-var benchSizes = []int{100, 1024}
+var benchSizes = []struct {
+	name string
+	size int
+}{{"100B", 100}, {"1KiB", 1024}}
 
-// BenchmarkPublish publishes b.N persistent messages with publisher
-// confirms through omnibus and through raw amqp091-go, in the same run on
-// the same server and exchange, and reports both rates and their ratio.
-// omnibus runs 4 publishers of 64-message batches (at most 256
-// unconfirmed); raw keeps a sliding window of 256 deferred confirms.
-func BenchmarkPublish(b *testing.B) {
-	for _, size := range benchSizes {
-		b.Run(strconv.Itoa(size)+"B", func(b *testing.B) {
-			ctx := context.Background()
-			c := open(ctx, b, "")
-			topic := fmt.Sprintf("omnibus-bench-pub-%x", rand.Uint32())
-			ac, ch := rawChannel(b)
-			defer ac.Close()
-			if err := declareTopic(ch, topic); err != nil {
-				b.Fatal(err)
-			}
-			q := topic + ":sink"
-			if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
-				b.Fatal(err)
-			}
-			if err := ch.QueueBind(q, "#", topic, false, nil); err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { deleteTopology(b, []string{"q:" + q, "x:" + topic}) })
-			body := make([]byte, size)
-			b.ResetTimer()
-			omni := elapsed(func() { publishOmnibus(ctx, b, c, topic, body, b.N) })
-			b.StopTimer()
-			if _, err := ch.QueuePurge(q, false); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-			raw := elapsed(func() { publishRaw(b, ac, topic, body, b.N) })
-			b.StopTimer()
-			_, _ = ch.QueuePurge(q, false)
-			report(b, omni, raw, size)
-		})
+// benchSide is one side of a comparison.
+type benchSide struct {
+	name string
+	run  func(b *testing.B)
+}
+
+// runSides runs the sides as sub-benchmarks <side>/<size>, in the order
+// given, or reversed when OMNIBUS_BENCH_RAW_FIRST is set.
+func runSides(b *testing.B, size string, sides ...benchSide) {
+	if os.Getenv("OMNIBUS_BENCH_RAW_FIRST") != "" {
+		slices.Reverse(sides)
+	}
+	for _, s := range sides {
+		b.Run(s.name+"/"+size, s.run)
 	}
 }
 
-// BenchmarkConsume consumes b.N messages with manual acks through omnibus
-// (a no-op handler, MaxInFlight 256) and through raw amqp091-go (prefetch
-// 256, one ack per message), each from its own queue filled beforehand
-// with the same messages.
-func BenchmarkConsume(b *testing.B) {
-	for _, size := range benchSizes {
-		b.Run(strconv.Itoa(size)+"B", func(b *testing.B) {
+func reportRate(b *testing.B, n int) {
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// benchTopology declares a fresh topic exchange and the named queues
+// bound to all of it (classic queues, as rabbitbus declares a group's),
+// deleted at cleanup. It returns the exchange's name and a raw
+// connection.
+func benchTopology(b *testing.B, queues ...string) (string, *amqp.Connection) {
+	b.Helper()
+	topic := fmt.Sprintf("omnibus-bench-%x", rand.Uint32())
+	ac, ch := rawChannel(b)
+	b.Cleanup(func() { _ = ac.Close() })
+	if err := declareTopic(ch, topic); err != nil {
+		b.Fatal(err)
+	}
+	names := []string{"x:" + topic}
+	for _, q := range queues {
+		q = topic + q
+		if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: "classic"}); err != nil {
+			b.Fatal(err)
+		}
+		if err := ch.QueueBind(q, "#", topic, false, nil); err != nil {
+			b.Fatal(err)
+		}
+		names = append(names, "q:"+q)
+	}
+	_ = ch.Close()
+	b.Cleanup(func() { deleteTopology(b, names) })
+	return topic, ac
+}
+
+// rawPublishing is what omnibus puts on the wire for a keyless message
+// (message-id, type, timestamp, the CloudEvents headers), persistent; its
+// routing key is its ID.
+func rawPublishing(body []byte) (string, amqp.Publishing) {
+	id := omnibus.NewID()
+	now := time.Now()
+	return id, amqp.Publishing{
+		Headers: amqp.Table{
+			"cloudEvents:specversion": "1.0", "cloudEvents:id": id, "cloudEvents:type": "bench",
+			"cloudEvents:time": now.UTC().Format(time.RFC3339Nano), hdrKeyless: true,
+		},
+		DeliveryMode: amqp.Persistent,
+		MessageId:    id,
+		Type:         "bench",
+		Timestamp:    now,
+		Body:         body,
+	}
+}
+
+// publishRaw publishes n messages on a confirm-mode channel of its own
+// with a sliding window of size unconfirmed.
+func publishRaw(b *testing.B, ac *amqp.Connection, topic string, body []byte, n, size int) {
+	ch, err := ac.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	pending := make([]*amqp.DeferredConfirmation, 0, size)
+	for i := range n {
+		if len(pending) == size {
+			if ok, err := pending[0].WaitContext(context.Background()); err != nil || !ok {
+				b.Fatalf("confirm: ack=%v err=%v", ok, err)
+			}
+			pending = pending[1:]
+		}
+		key, pub := rawPublishing(body)
+		dc, err := ch.PublishWithDeferredConfirm(topic, key, false, false, pub)
+		if err != nil {
+			b.Fatalf("publish %d: %v", i, err)
+		}
+		pending = append(pending, dc)
+	}
+	for _, dc := range pending {
+		if ok, err := dc.WaitContext(context.Background()); err != nil || !ok {
+			b.Fatalf("confirm: ack=%v err=%v", ok, err)
+		}
+	}
+}
+
+// BenchmarkPublish publishes b.N persistent messages with publisher
+// confirms: omnibus from 4 goroutines publishing batches of 64 (at most
+// 256 unconfirmed), raw with a sliding window of 256 deferred confirms.
+func BenchmarkPublish(b *testing.B) {
+	for _, s := range benchSizes {
+		body := make([]byte, s.size)
+		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
 			ctx := context.Background()
 			c := open(ctx, b, "")
-			topic := fmt.Sprintf("omnibus-bench-sub-%x", rand.Uint32())
-			ac, ch := rawChannel(b)
-			defer ac.Close()
-			if err := declareTopic(ch, topic); err != nil {
+			topic, _ := benchTopology(b, ":sink")
+			b.ResetTimer()
+			const publishers, batch = 4, benchWindow / 4
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			var wg sync.WaitGroup
+			for range publishers {
+				wg.Go(func() {
+					ms := make([]*omnibus.Message, 0, batch)
+					for {
+						k := min(int64(batch), left.Add(-batch)+batch)
+						if k <= 0 {
+							return
+						}
+						ms = ms[:0]
+						for range k {
+							ms = append(ms, &omnibus.Message{Type: "bench", Body: body})
+						}
+						if err := c.Publish(ctx, topic, ms...); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			reportRate(b, b.N)
+		}}, benchSide{"raw", func(b *testing.B) {
+			topic, ac := benchTopology(b, ":sink")
+			b.ResetTimer()
+			publishRaw(b, ac, topic, body, b.N, benchWindow)
+			b.StopTimer()
+			reportRate(b, b.N)
+		}})
+	}
+}
+
+// BenchmarkPublishAsync publishes one message at a time without waiting:
+// an omnibus Publisher, then Flush; raw with a sliding window of
+// deferred confirms as large as rabbitbus's (window, 1,024).
+func BenchmarkPublishAsync(b *testing.B) {
+	for _, s := range benchSizes {
+		body := make([]byte, s.size)
+		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+			ctx := context.Background()
+			c := open(ctx, b, "")
+			topic, _ := benchTopology(b, ":sink")
+			p, err := c.Publisher()
+			if err != nil {
 				b.Fatal(err)
 			}
-			omniQ, rawQ := groupQueue(topic, "bench"), topic+":raw"
-			for _, q := range []string{omniQ, rawQ} {
-				if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: "classic"}); err != nil {
-					b.Fatal(err)
-				}
-				if err := ch.QueueBind(q, "#", topic, false, nil); err != nil {
+			defer p.Close(ctx)
+			ms := make([]*omnibus.Message, b.N)
+			for i := range ms {
+				ms[i] = &omnibus.Message{Type: "bench", Body: body}
+			}
+			results := make([]*omnibus.PublishResult, b.N)
+			b.ResetTimer()
+			for i, m := range ms {
+				if results[i], err = p.Publish(ctx, topic, m); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.Cleanup(func() { deleteTopology(b, []string{"q:" + omniQ, "q:" + rawQ, "x:" + topic}) })
+			if err := p.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
 			b.StopTimer()
-			publishRaw(b, ac, topic, make([]byte, size), b.N) // fills both queues
-			b.StartTimer()
+			for _, r := range results {
+				if err := r.Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportRate(b, b.N)
+		}}, benchSide{"raw", func(b *testing.B) {
+			topic, ac := benchTopology(b, ":sink")
+			b.ResetTimer()
+			publishRaw(b, ac, topic, body, b.N, window)
+			b.StopTimer()
+			reportRate(b, b.N)
+		}})
+	}
+}
 
+// benchPublishers is how many goroutines BenchmarkPublishConcurrent
+// publishes from.
+const benchPublishers = 16
+
+// BenchmarkPublishConcurrent publishes one message per call from 16
+// goroutines, each waiting for its confirm: Client.Publish, and raw with
+// a confirm-mode channel per goroutine on one connection.
+func BenchmarkPublishConcurrent(b *testing.B) {
+	s := benchSizes[0]
+	body := make([]byte, s.size)
+	runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+		ctx := context.Background()
+		c := open(ctx, b, "")
+		topic, _ := benchTopology(b, ":sink")
+		b.ResetTimer()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range benchPublishers {
+			wg.Go(func() {
+				for next.Add(1) <= int64(b.N) {
+					if err := c.Publish(ctx, topic, &omnibus.Message{Type: "bench", Body: body}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		reportRate(b, b.N)
+	}}, benchSide{"raw", func(b *testing.B) {
+		ctx := context.Background()
+		topic, ac := benchTopology(b, ":sink")
+		chs := make([]*amqp.Channel, benchPublishers)
+		for i := range chs {
+			ch, err := ac.Channel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := ch.Confirm(false); err != nil {
+				b.Fatal(err)
+			}
+			chs[i] = ch
+		}
+		b.ResetTimer()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for _, ch := range chs {
+			wg.Go(func() {
+				for next.Add(1) <= int64(b.N) {
+					key, pub := rawPublishing(body)
+					dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, topic, key, false, false, pub)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+						b.Errorf("confirm: ack=%v err=%v", ok, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		reportRate(b, b.N)
+	}})
+}
+
+// consumeAckEvery is how many deliveries raw BenchmarkConsume acks at
+// once (multiple=true).
+const consumeAckEvery = benchWindow / 4
+
+// BenchmarkConsume reads a backlog of b.N messages, each side from its
+// own queue filled beforehand: omnibus with a no-op handler and
+// MaxInFlight 256, raw with basic.consume, prefetch 256 and a multiple
+// ack every 64 deliveries.
+func BenchmarkConsume(b *testing.B) {
+	for _, s := range benchSizes {
+		body := make([]byte, s.size)
+		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+			ctx := context.Background()
+			c := open(ctx, b, "")
+			topic, ac := benchTopology(b, ":bench") // groupQueue(topic, "bench")
+			publishRaw(b, ac, topic, body, b.N, window)
+			b.ResetTimer()
 			var n atomic.Int64
 			done := make(chan struct{})
-			start := time.Now()
 			k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error {
 				if n.Add(1) == int64(b.N) {
 					close(done)
@@ -103,123 +332,212 @@ func BenchmarkConsume(b *testing.B) {
 				b.Fatal(err)
 			}
 			rctx, rcancel := context.WithCancel(ctx)
-			runDone := make(chan error, 1)
-			go func() { runDone <- k.Run(rctx) }()
+			ran := make(chan error, 1)
+			go func() { ran <- k.Run(rctx) }()
 			<-done
-			omni := time.Since(start)
 			b.StopTimer()
 			rcancel()
-			<-runDone
-			b.StartTimer()
-
-			raw := elapsed(func() {
-				rch, err := ac.Channel()
-				if err != nil {
-					b.Fatal(err)
+			<-ran
+			reportRate(b, b.N)
+		}}, benchSide{"raw", func(b *testing.B) {
+			topic, ac := benchTopology(b, ":raw")
+			publishRaw(b, ac, topic, body, b.N, window)
+			b.ResetTimer()
+			ch, err := ac.Channel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ch.Close()
+			if err := ch.Qos(benchWindow, 0, false); err != nil {
+				b.Fatal(err)
+			}
+			dels, err := ch.Consume(topic+":raw", "", false, false, false, false, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := 1; i <= b.N; i++ {
+				d := <-dels
+				if d.MessageId == "" {
+					b.Fatal("a delivery without its message ID")
 				}
-				defer rch.Close()
-				if err := rch.Qos(benchWindow, 0, false); err != nil {
-					b.Fatal(err)
-				}
-				dels, err := rch.Consume(rawQ, "", false, false, false, false, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for i := 0; i < b.N; i++ {
-					d := <-dels
-					if err := d.Ack(false); err != nil {
+				if i%consumeAckEvery == 0 || i == b.N {
+					if err := d.Ack(true); err != nil {
 						b.Fatal(err)
 					}
 				}
-			})
+			}
 			b.StopTimer()
-			report(b, omni, raw, size)
-		})
+			reportRate(b, b.N)
+		}})
 	}
 }
 
-func elapsed(fn func()) time.Duration {
-	start := time.Now()
-	fn()
-	return time.Since(start)
-}
-
-func report(b *testing.B, omni, raw time.Duration, size int) {
-	om, rm := float64(b.N)/omni.Seconds(), float64(b.N)/raw.Seconds()
-	b.ReportMetric(om, "omnibus-msgs/s")
-	b.ReportMetric(rm, "raw-msgs/s")
-	b.ReportMetric(om*float64(size)/(1<<20), "omnibus-MiB/s")
-	b.ReportMetric(om/rm, "ratio")
-}
-
-func publishOmnibus(ctx context.Context, b *testing.B, c *omnibus.Client, topic string, body []byte, n int) {
-	const publishers, batch = 4, benchWindow / 4
-	var left atomic.Int64
-	left.Store(int64(n))
-	var wg sync.WaitGroup
-	for range publishers {
-		wg.Go(func() {
-			ms := make([]*omnibus.Message, 0, batch)
-			for {
-				k := min(int64(batch), left.Add(-batch)+batch)
-				if k <= 0 {
-					return
-				}
-				ms = ms[:0]
-				for range k {
-					ms = append(ms, &omnibus.Message{Type: "bench", Body: body})
-				}
-				if err := c.Publish(ctx, topic, ms...); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// publishRaw publishes n messages carrying what omnibus puts on the wire
-// (message-id, type, timestamp, the CloudEvents headers), persistent,
-// with a sliding window of benchWindow unconfirmed.
-func publishRaw(b *testing.B, ac *amqp.Connection, topic string, body []byte, n int) {
-	ch, err := ac.Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ch.Close()
-	if err := ch.Confirm(false); err != nil {
-		b.Fatal(err)
-	}
-	window := make([]*amqp.DeferredConfirmation, 0, benchWindow)
-	for i := range n {
-		if len(window) == benchWindow {
-			if ok, err := window[0].WaitContext(context.Background()); err != nil || !ok {
-				b.Fatalf("confirm: ack=%v err=%v", ok, err)
-			}
-			window = window[1:]
-		}
-		id := omnibus.NewID()
-		now := time.Now()
-		dc, err := ch.PublishWithDeferredConfirm(topic, id, false, false, amqp.Publishing{
-			Headers: amqp.Table{
-				"cloudEvents:specversion": "1.0", "cloudEvents:id": id, "cloudEvents:type": "bench",
-				"cloudEvents:time": now.UTC().Format(time.RFC3339Nano), hdrKeyless: true,
-			},
-			DeliveryMode: amqp.Persistent,
-			MessageId:    id,
-			Type:         "bench",
-			Timestamp:    now,
-			Body:         body,
-		})
+// BenchmarkLatency publishes 100-byte messages at a paced 1,000 msgs/s
+// (b.Loop's iterations: -benchtime 3s is about 3,000 messages) while a
+// consumer reads them, and reports the p50, p99 and largest
+// publish→handler latency: an omnibus Publisher and Subscribe, and raw
+// publishes on a confirm-mode channel (confirms not waited for) and
+// basic.consume acking each delivery.
+func BenchmarkLatency(b *testing.B) {
+	runSides(b, "100B", benchSide{"omnibus", func(b *testing.B) {
+		ctx := context.Background()
+		c := open(ctx, b, "")
+		topic, _ := benchTopology(b, ":bench") // groupQueue(topic, "bench")
+		p, err := c.Publisher()
 		if err != nil {
-			b.Fatalf("publish %d: %v", i, err)
+			b.Fatal(err)
 		}
-		window = append(window, dc)
+		defer p.Close(ctx)
+		r := newLatencyRecorder()
+		k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
+			r.received(m.Body)
+			return nil
+		}, omnibus.Group("bench"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		ran := make(chan error, 1)
+		go func() { ran <- k.Run(rctx) }()
+		defer func() {
+			cancel()
+			<-ran
+		}()
+		measureLatency(b, r, func(body []byte) error {
+			_, err := p.Publish(ctx, topic, &omnibus.Message{Type: "bench", Body: body})
+			return err
+		})
+	}}, benchSide{"raw", func(b *testing.B) {
+		topic, ac := benchTopology(b, ":raw")
+		cch, err := ac.Channel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cch.Close()
+		if err := cch.Qos(benchWindow, 0, false); err != nil {
+			b.Fatal(err)
+		}
+		dels, err := cch.Consume(topic+":raw", "", false, false, false, false, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := newLatencyRecorder()
+		consumed := make(chan struct{})
+		go func() {
+			defer close(consumed)
+			for d := range dels {
+				r.received(d.Body)
+				_ = d.Ack(false)
+			}
+		}()
+		defer func() {
+			_ = cch.Close()
+			<-consumed
+		}()
+		pch, err := ac.Channel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer pch.Close()
+		if err := pch.Confirm(false); err != nil {
+			b.Fatal(err)
+		}
+		measureLatency(b, r, func(body []byte) error {
+			key, pub := rawPublishing(body)
+			_, err := pch.PublishWithDeferredConfirm(topic, key, false, false, pub)
+			return err
+		})
+	}})
+}
+
+// latencyRecorder collects publish→handler latencies. A message's body
+// carries its publish time (Unix nanoseconds) and a warm-up flag.
+type latencyRecorder struct {
+	warm     chan struct{} // closed when a warm-up message arrives
+	warmOnce sync.Once
+	mu       sync.Mutex
+	lat      []time.Duration
+}
+
+func newLatencyRecorder() *latencyRecorder { return &latencyRecorder{warm: make(chan struct{})} }
+
+// latencyMessage is a 100-byte body stamped with the time now.
+func latencyMessage(warm bool) []byte {
+	body := make([]byte, 100)
+	binary.BigEndian.PutUint64(body, uint64(time.Now().UnixNano()))
+	if warm {
+		body[8] = 1
 	}
-	for _, dc := range window {
-		if ok, err := dc.WaitContext(context.Background()); err != nil || !ok {
-			b.Fatalf("confirm: ack=%v err=%v", ok, err)
+	return body
+}
+
+// received records the latency of a body a consumer got.
+func (r *latencyRecorder) received(body []byte) {
+	if len(body) < 9 {
+		return
+	}
+	d := time.Duration(time.Now().UnixNano() - int64(binary.BigEndian.Uint64(body)))
+	if body[8] == 1 {
+		r.warmOnce.Do(func() { close(r.warm) })
+		return
+	}
+	r.mu.Lock()
+	r.lat = append(r.lat, d)
+	r.mu.Unlock()
+}
+
+func (r *latencyRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.lat)
+}
+
+// measureLatency sends warm-up messages until one arrives (the consumer
+// is then in place), then one message per b.Loop iteration at a paced
+// 1,000 msgs/s; it waits for them all and reports the p50, p99 and
+// largest latency in milliseconds.
+func measureLatency(b *testing.B, r *latencyRecorder, send func(body []byte) error) {
+	b.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for ready := false; !ready; {
+		if err := send(latencyMessage(true)); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-r.warm:
+			ready = true
+		case <-time.After(100 * time.Millisecond):
+			if time.Now().After(deadline) {
+				b.Fatal("no warm-up message arrived within a minute")
+			}
 		}
 	}
+	sent := 0
+	var start time.Time
+	for b.Loop() {
+		if sent == 0 {
+			start = time.Now()
+		}
+		if d := time.Until(start.Add(time.Duration(sent) * time.Millisecond)); d > 0 {
+			time.Sleep(d)
+		}
+		if err := send(latencyMessage(false)); err != nil {
+			b.Fatal(err)
+		}
+		sent++
+	}
+	for deadline := time.Now().Add(time.Minute); r.count() < sent; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d messages arrived within a minute", r.count(), sent)
+		}
+	}
+	r.mu.Lock()
+	lat := slices.Clone(r.lat)
+	r.mu.Unlock()
+	slices.Sort(lat)
+	at := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / float64(time.Millisecond) }
+	b.ReportMetric(at(0.5), "p50-ms")
+	b.ReportMetric(at(0.99), "p99-ms")
+	b.ReportMetric(at(1), "max-ms")
+	b.ReportMetric(0, "ns/op")
 }
