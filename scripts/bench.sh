@@ -168,9 +168,9 @@ scaled() {
 }
 
 for round in $(seq 1 "$rounds"); do
-	rawfirst=
-	[ $((round % 2)) -eq 0 ] && rawfirst=1
-	echo "round $round of $rounds (${rawfirst:+raw first}${rawfirst:-omnibus first}), $(($(date +%s) - start))s so far" >&2
+	rawfirst= order="omnibus first"
+	if [ $((round % 2)) -eq 0 ]; then rawfirst=1 order="raw first"; fi
+	echo "round $round of $rounds ($order), $(($(date +%s) - start))s so far" >&2
 	echo "$jobs" | while read -r p bench n; do
 		[ -n "$p" ] || continue
 		case ",$pkgs," in *",$p,"*) ;; *) continue ;; esac
