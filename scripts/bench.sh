@@ -29,8 +29,9 @@
 # the round's omnibus p99 - raw p99. The side columns are the medians of
 # each side's values.
 #
-# With the default counts a round takes about 1.5-2 minutes on 2 quiet
-# cores, 5 rounds well under 12 minutes, the build included. benchstat's
+# With the default counts a round took under 1.5 minutes on 2 cores
+# under a load average of 7 (extrapolated from -s 0.25), so 5 rounds
+# fit in 12 minutes, the build included. benchstat's
 # summary of every benchmark goes to DIR/benchstat.txt when
 # golang.org/x/perf/cmd/benchstat can be run.
 set -euo pipefail
@@ -50,9 +51,9 @@ done
 
 # jobs: package, benchmark regexp, message count (x) or duration (s).
 jobs='
-kafkabus   ^BenchmarkPublishAsync$        20000x
+kafkabus   ^BenchmarkPublishAsync$        50000x
 kafkabus   ^BenchmarkPublishConcurrent$   5000x
-kafkabus   ^BenchmarkConsume$             20000x
+kafkabus   ^BenchmarkConsume$             50000x
 kafkabus   ^BenchmarkLatency$             3s
 natsbus    ^BenchmarkPublishAsync$        20000x
 natsbus    ^BenchmarkPublishConcurrent$   5000x
