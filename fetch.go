@@ -77,6 +77,9 @@ func (m *member) fetchLoop(ctx context.Context) {
 			received = make(chan struct{})
 			m.receiving = received
 		}
+		if room.Count <= 0 && !m.fetchIdle && m.k.batch != nil {
+			m.wakeBatchesLocked() // nothing more comes until some settle
+		}
 		m.fetchIdle = room.Count <= 0
 		full := m.full
 		m.mu.Unlock()

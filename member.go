@@ -213,16 +213,7 @@ func (m *member) shutdown(ctx context.Context) (int, error) {
 	m.stopFetching()
 	m.mu.Lock()
 	m.draining = true
-	for _, l := range m.lanes {
-		for _, s := range l.slots {
-			if s.wake != nil {
-				driver.Notify(s.wake) // flush a batch waiting to fill
-			}
-		}
-		if s := l.guard; s != nil && s.wake != nil {
-			driver.Notify(s.wake)
-		}
-	}
+	m.wakeBatchesLocked()
 	var drained chan struct{}
 	if m.inflight > 0 {
 		m.drained = make(chan struct{})

@@ -335,7 +335,9 @@ func Observe(fn func(Event)) SubscribeOption {
 
 // Batch sets when a BatchHandler's batch is flushed: at count messages, at
 // bytes bytes, or period after its first message arrived, whichever comes
-// first. Batches form per key in OrderKey and per lane otherwise.
+// first; a partial batch does not wait while no more can come (the
+// member holds MaxInFlight messages or MaxInFlightBytes). Batches form
+// per key in OrderKey and per lane otherwise.
 // Default: 100 messages, 1 MiB, 50ms.
 func Batch(count, bytes int, period time.Duration) SubscribeOption {
 	return func(c *consumerConfig) error {

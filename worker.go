@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"time"
+
+	"github.com/omnibus-go/omnibus/driver"
 )
 
 // startLocked queues the active slot s for a worker.
@@ -148,7 +150,10 @@ func (m *member) take(s *slot) ([]*entry, time.Duration) {
 			bytes += s.queue[n].size
 			n++
 		}
-		full := n == cfg.batchCount || n < len(s.queue)
+		// A partial batch waits for more only while more can come: not
+		// while the fetch loop waits for room (MaxInFlight or
+		// MaxInFlightBytes reached), nor while the member drains.
+		full := n == cfg.batchCount || n < len(s.queue) || m.fetchIdle
 		if age := time.Since(s.queue[0].arrived); !full && !m.draining && age < cfg.batchPeriod {
 			if s.wake == nil {
 				s.wake = make(chan struct{}, 1)
@@ -158,6 +163,21 @@ func (m *member) take(s *slot) ([]*entry, time.Duration) {
 	}
 	s.running = n
 	return s.queue[:n:n], 0
+}
+
+// wakeBatchesLocked makes the batches waiting to fill look again: the
+// member drains, or the fetch loop waits for room, so no more is coming.
+func (m *member) wakeBatchesLocked() {
+	for _, l := range m.lanes {
+		for _, s := range l.slots {
+			if s.wake != nil {
+				driver.Notify(s.wake)
+			}
+		}
+		if s := l.guard; s != nil && s.wake != nil {
+			driver.Notify(s.wake)
+		}
+	}
 }
 
 // waitBatch waits for a batch to fill; false when the member is closing.

@@ -45,36 +45,34 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) []*held {
 	return hs
 }
 
-// Ack implements driver.Acker. It returns once the server has applied
-// the acknowledgements: the last one of each consumer is a double ack,
-// which the server answers after the ones before it on the connection.
-// So what Ack returned for is not delivered again when the process dies
-// the moment after (the engine runs a suspect only then); a plain ack
-// still in the connection's buffer dies with it.
+// Ack implements driver.Acker. It returns once the server has read the
+// acknowledgements (a flush: PING, PONG), so what Ack returned for is not
+// delivered again when the process dies the moment after (the engine runs
+// a suspect only then); an ack still in the connection's buffer would die
+// with it. The server applies what it read whatever becomes of the
+// connection.
 func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	var errs []error
-	hs := s.take(ds, true)
-	for i, h := range hs {
-		if lastOfReader(hs[i+1:], h.r) {
-			continue
-		}
+	for _, h := range s.take(ds, true) {
 		if err := h.msg.Ack(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for i, h := range hs {
-		if !lastOfReader(hs[i+1:], h.r) {
-			continue
-		}
-		if err := h.msg.DoubleAck(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("natsbus: ack %q: %d of %d failed: %w", s.topic, len(errs), len(ds), classify(errors.Join(errs...)))
 	}
+	// The acks are written: a ctx ending now must not fail them.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushWait)
+	defer cancel()
+	if err := s.c.nc.FlushWithContext(fctx); err != nil {
+		return fmt.Errorf("natsbus: ack %q: the server did not confirm reading the acks: %w", s.topic, classify(err))
+	}
 	return nil
 }
+
+// flushWait bounds Ack's wait for the server to confirm reading its
+// acknowledgements.
+const flushWait = 5 * time.Second
 
 // Nack implements driver.Nacker with NakWithDelay.
 func (s *sub) Nack(_ context.Context, ds []*driver.Delivery, delay time.Duration) error {
@@ -88,15 +86,4 @@ func (s *sub) Nack(_ context.Context, ds []*driver.Delivery, delay time.Duration
 		return fmt.Errorf("natsbus: nack %q: %d of %d failed: %w", s.topic, len(errs), len(ds), classify(errors.Join(errs...)))
 	}
 	return nil
-}
-
-// lastOfReader reports whether none of rest is r's: the delivery before
-// rest is the last of r's.
-func lastOfReader(rest []*held, r *reader) bool {
-	for _, h := range rest {
-		if h.r == r {
-			return false
-		}
-	}
-	return true
 }

@@ -312,9 +312,9 @@
 // Delivery.Position the stream sequence. The consumer's MaxDeliver is
 // unlimited: the engine counts attempts and dead-letters after
 // MaxAttempts by publishing to the dead-letter topic, then acknowledges.
-// Ack returns once the server applied the acknowledgements (the last of
-// each consumer is a double ack), so what was settled before a suspect
-// runs is not delivered again when the suspect crashes the process.
+// Ack returns once the server has read the acknowledgements (a flush),
+// so what was settled before a suspect runs is not delivered again when
+// the suspect crashes the process.
 //
 // A message counts as held from the moment the pull iterator returns it,
 // wherever it then waits (the member's inbox, Receive's carry, the
