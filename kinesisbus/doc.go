@@ -122,8 +122,13 @@
 // key's order across a split and a merge. The member that ends a shard
 // lists the shards at once and creates the children's leases (from
 // TRIM_HORIZON); other new shards appear at the next shard sync, without
-// a restart. Ended leases stay in the table (the KCL's cleanup deletes
-// them after the retention period; omnibus leaves them).
+// a restart. A finished lease is deleted as the KCL's lease cleanup
+// deletes it: once every child shard has a lease checkpointed past its
+// start and the finished shard's own parents have no lease left (parents
+// go first), or once the shard is gone from the stream and every child
+// listed has a lease. A child whose parent has no lease counts it as
+// read, and a shard sync never leases again a shard whose descendant is
+// leased, so the barrier holds after the cleanup.
 //
 // # Delivery semantics
 //
