@@ -126,6 +126,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Ordered:         true,
 		Lag:             driver.LagMillis,
+		Age:             true,
 		ExclusiveLanes:  true,
 		Groups:          true,
 		Replay:          true,
