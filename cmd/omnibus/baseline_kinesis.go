@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,12 +25,19 @@ func init() {
 // its users write it: a stream of --lanes shards, PutRecords of --batch
 // records (the body as the record's data, which has no headers; records
 // Kinesis refuses are sent again), while one goroutine per shard loops
-// GetRecords from TRIM_HORIZON, waiting 50ms when caught up. It deletes
-// its stream when done.
+// GetRecords from TRIM_HORIZON, waiting the URL's poll_interval when caught
+// up, as kinesisbus's readers (and the KCL's) do: Kinesis allows 5 reads a
+// second per shard. It deletes its stream when done.
 func kinesisBaseline(ctx context.Context, _ *omnibus.Client, rawURL, stream string, o benchOptions) (pubRate, conRate float64, err error) {
 	kin, err := kinesisbus.NewKinesisClient(ctx, rawURL)
 	if err != nil {
 		return 0, 0, err
+	}
+	poll := kinesisbus.DefaultPollInterval
+	if u, err := url.Parse(rawURL); err == nil && u.Query().Get("poll_interval") != "" {
+		if poll, err = time.ParseDuration(u.Query().Get("poll_interval")); err != nil {
+			return 0, 0, fmt.Errorf("poll_interval: %w", err)
+		}
 	}
 	if _, err := kin.CreateStream(ctx, &kinesis.CreateStreamInput{StreamName: aws.String(stream), ShardCount: aws.Int32(int32(o.lanes))}); err != nil {
 		return 0, 0, fmt.Errorf("create stream: %w", err)
@@ -76,10 +84,10 @@ func kinesisBaseline(ctx context.Context, _ *omnibus.Client, rawURL, stream stri
 					}
 				}
 				iter = out.NextShardIterator
-				if len(out.Records) == 0 || aws.ToInt64(out.MillisBehindLatest) == 0 {
+				if len(out.Records) == 0 || aws.ToInt64(out.MillisBehindLatest) == 0 && len(out.Records) < 10000 {
 					select {
 					case <-rctx.Done():
-					case <-time.After(50 * time.Millisecond):
+					case <-time.After(poll):
 					}
 				}
 			}
