@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/omnibus-go/omnibus/dlq"
+	"github.com/omnibus-go/omnibus/dlq/dlqtest"
+	"github.com/omnibus-go/omnibus/internal/observe/observetest"
 	"github.com/omnibus-go/omnibus/internal/testenv"
 	"github.com/omnibus-go/omnibus/transporttest"
 )
@@ -105,5 +109,54 @@ func TestKinesisCommands(t *testing.T) {
 	}
 	if m["baseline"] != "aws-sdk-go-v2" || m["raw_publish_msgs_per_s"] == nil || m["raw_consume_msgs_per_s"] == nil {
 		t.Errorf("bench JSON %v: want the aws-sdk-go-v2 baseline's rates", m)
+	}
+}
+
+// TestKinesisDLQ: dlq list and replay on kinesis://: the dead letters are
+// listed, replay --all hands each back to the service, and the
+// dead-letter stream is then empty for the tools' group.
+func TestKinesisDLQ(t *testing.T) {
+	ctx := ctxT(t)
+	ns := observetest.Namespace()
+	raw := kinesisURL(t, ns)
+	c := observetest.Open(t, raw)
+	topic := ns + ".orders"
+	if err := c.CreateTopic(ctx, topic, 2); err != nil {
+		t.Fatal(err)
+	}
+	svc := dlqtest.Start(t, ctx, c, topic, "billing")
+	const n = 60
+	ids := svc.Publish(t, ctx, c, topic, n, func(i int) []byte { return fmt.Appendf(nil, `{"order":%d}`, i) })
+
+	r := runCmd(t, ctx, nil, "", "dlq", "list", "--url", raw, "--topic", topic, "--json")
+	wantCode(t, r, exitOK)
+	seen := map[string]bool{}
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	for dec.More() {
+		var v dlq.View
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("list --json: %v", err)
+		}
+		if v.OriginTopic != topic || v.OriginGroup != "billing" || v.Reason == "" {
+			t.Errorf("listed %+v: the failure is not told", v)
+		}
+		seen[v.ID] = true
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			t.Fatalf("list --json printed %d dead letters, %s not among them; want all %d", len(seen), id, n)
+		}
+	}
+	r = runCmd(t, ctx, nil, "", "dlq", "replay", "--url", raw, "--topic", topic, "--all", "--json")
+	wantCode(t, r, exitOK)
+	var p progressJSON
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil || p.Replayed != n || p.Read != n {
+		t.Errorf("replay --all --json: %s (%v); want %d replayed", r.stdout, err, n)
+	}
+	svc.WaitHandled(t, ids)
+	r = runCmd(t, ctx, nil, "", "dlq", "list", "--url", raw, "--topic", topic)
+	wantCode(t, r, exitOK)
+	if r.stdout != "no dead letters in "+topic+".dlq\n" {
+		t.Errorf("after replay --all: %q", r.stdout)
 	}
 }
