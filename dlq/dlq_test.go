@@ -15,16 +15,24 @@ import (
 	"github.com/omnibus-go/omnibus/dlq/dlqtest"
 	"github.com/omnibus-go/omnibus/internal/observe/observetest"
 	"github.com/omnibus-go/omnibus/internal/testenv"
+	_ "github.com/omnibus-go/omnibus/kinesisbus"
 	_ "github.com/omnibus-go/omnibus/redisbus"
 	"github.com/redis/go-redis/v9"
 )
 
 // transports are observetest's, JetStream in partitioned mode (the
-// omnibus command's default) and Redis Streams. Kinesis is not among them
-// yet: a list on kinesalite reads nothing within its wait.
+// omnibus command's default), Kinesis (kinesalite and dynalite) and Redis
+// Streams.
 var transports = append(slices.Clone(observetest.Transports),
 	observetest.Transport{Name: "nats-partitioned", URL: func(t testing.TB, ns string) string {
 		return "nats://embedded?partitions=4&dir=" + t.TempDir()
+	}},
+	observetest.Transport{Name: "kinesis", URL: func(t testing.TB, ns string) string {
+		testenv.Require(t, "kinesalite", "127.0.0.1:4567", "scripts/test.sh")
+		testenv.Require(t, "dynalite", "127.0.0.1:4568", "scripts/test.sh")
+		t.Cleanup(func() { deleteKinesis(t, ns) })
+		return "kinesis://AKIDTEST:secretTEST@us-east-1?endpoint=http://127.0.0.1:4567&dynamodb_endpoint=http://127.0.0.1:4568" +
+			"&failover_time=1s&shard_sync_interval=1s&poll_interval=50ms"
 	}},
 	observetest.Transport{Name: "redis", URL: func(t testing.TB, ns string) string {
 		testenv.Require(t, "Redis", "127.0.0.1:6379", "redis-server --daemonize yes")

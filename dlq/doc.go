@@ -46,8 +46,12 @@
 //
 // Each List reads up to the end (or ListOptions.Limit matches), so it
 // costs a transfer of the dead letters left; while it runs, the messages
-// it holds are invisible to anyone else reading the same group. Count is
-// a lag read only.
+// it holds are invisible to anyone else reading the same group. A read
+// ends when the group's lag says it holds everything left; where the lag
+// is not a count (Kinesis: a time), when nothing came for a second after
+// the first delivery, or, before any, once no shard has a record waiting
+// after the group's checkpoint. Count is a lag read only, and unknown on
+// Kinesis.
 //
 // # What Replay and Delete leave
 //

@@ -32,6 +32,10 @@ type session struct {
 	committer driver.Committer // logs: the settled prefix of a lane is committed
 	ordered   bool             // lanes are settled in order (see settle)
 	lag       func(ctx context.Context) ([]driver.LaneLag, error)
+	// timeLag reads the group's lag in time, where the transport's lag is
+	// a time (Kinesis): before the first delivery, a lane whose records
+	// wait keeps the read going (see drained).
+	timeLag   func(ctx context.Context) ([]driver.LaneLag, error)
 	republish func(ctx context.Context, ds []*driver.Delivery) ([]string, error) // appends copies to the topic
 	window    int                                                                // most deliveries held
 	bytes     int                                                                // most bytes (Message.Size) held
@@ -43,9 +47,11 @@ type session struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	// The caller's: whether a Room is out, when the last delivery came.
-	asked bool
-	last  time.Time
+	// The caller's: whether a Room is out, when the last delivery came,
+	// whether any came.
+	asked    bool
+	last     time.Time
+	received bool
 
 	work    sync.Mutex
 	mu      sync.Mutex
@@ -122,7 +128,11 @@ func openSession(ctx context.Context, conn driver.Conn, topic string, o sessionO
 	// yet included (lanes of leases are claimed one at a time), where it
 	// counts messages.
 	if k := conn.Capabilities().Lag; k != driver.LagRecords && k != driver.LagDepth {
-		// a lag in time says nothing of what is left to read
+		// A lag in time says nothing of how much is left to read, but
+		// one above 0 says that something is.
+		if g, ok := conn.(driver.GroupLagReader); ok && k == driver.LagMillis {
+			s.timeLag = func(ctx context.Context) ([]driver.LaneLag, error) { return g.GroupLag(ctx, topic, Group(topic)) }
+		}
 	} else if g, ok := conn.(driver.GroupLagReader); ok {
 		s.lag = func(ctx context.Context) ([]driver.LaneLag, error) { return g.GroupLag(ctx, topic, Group(topic)) }
 	} else if r, ok := sub.(driver.LagReader); ok {
@@ -196,7 +206,7 @@ func (s *session) next(ctx context.Context, poll time.Duration) ([]*driver.Deliv
 				return nil, fmt.Errorf("dlq: read %q: %w", s.topic, f.err)
 			}
 			if ds := s.hold(f.ds); len(ds) > 0 {
-				s.last = time.Now()
+				s.last, s.received = time.Now(), true
 				return ds, nil
 			}
 		case <-t.C:
@@ -218,13 +228,34 @@ func (s *session) room() driver.Room {
 // fails (a slow server) or a lane whose lag is unknown (a JetStream
 // partition's consumer being reset at its floor) keeps the read going,
 // up to the wait: ending on a quiet moment would cut the list short.
+// Where the lag is a time (Kinesis), nothing received yet while a lane's
+// records wait (or the lag cannot be read) is no quiet moment either:
+// the member may still be taking its leases and reading its first
+// records.
 func (s *session) drained(ctx context.Context) bool {
 	quiet := time.Since(s.last)
 	if quiet >= s.wait {
 		return true
 	}
 	if s.lag == nil {
-		return quiet >= s.idle
+		if quiet < s.idle {
+			return false
+		}
+		if s.timeLag == nil || s.received {
+			return true
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		lags, err := s.timeLag(lctx)
+		cancel()
+		if err != nil {
+			return false
+		}
+		for _, l := range lags {
+			if !l.Known || l.Lag > 0 {
+				return false
+			}
+		}
+		return true
 	}
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	lags, err := s.lag(lctx)

@@ -435,9 +435,10 @@ type GroupMembersReader interface {
 //   - NSQ: as RabbitMQ, from the oldest in-flight message this client
 //     holds (the message's nsqd timestamp); unknown while the channel has
 //     a depth and none is held here.
-//   - Kinesis: the ApproximateArrivalTimestamp of the oldest record the
-//     member holds unsettled, else MillisBehindLatest of the shard's last
-//     GetRecords, on the lanes this process reads; unknown elsewhere.
+//   - Kinesis: the ApproximateArrivalTimestamp of the first record after
+//     the group's checkpoint (at least the MillisBehindLatest Kinesis
+//     reports for it), read from outside the group; the lag in time is
+//     the same number (LagMillis).
 //
 // Clocks of different machines may disagree: an age is never negative,
 // and one computed against a server's clock is off by the skew.

@@ -68,6 +68,9 @@ func (s *sub) round(ctx context.Context, first bool) error {
 		}
 		s.lastSync = time.Now()
 	}
+	if leases, err = s.cleanup(ctx, leases, sync); err != nil {
+		return err
+	}
 	take := s.choose(leases, time.Now())
 	var claimed []*shard
 	for _, l := range take {
@@ -240,14 +243,27 @@ func (s *sub) syncShards(ctx context.Context, leases []*lease) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	s.listed = shards
 	have := make(map[string]bool, len(leases))
 	for _, l := range leases {
 		have[l.key] = true
 	}
+	// A shard with a leased descendant was read to its end (its lease
+	// may have been cleaned up since): it gets no lease again. The
+	// listing has parents before children, so one pass backwards finds
+	// them.
+	covered := make(map[string]bool)
+	for i := len(shards) - 1; i >= 0; i-- {
+		if have[shards[i].id] || covered[shards[i].id] {
+			for _, p := range shards[i].parents {
+				covered[p] = true
+			}
+		}
+	}
 	created := false
 	now := s.conn.clock().UnixMilli()
 	for _, si := range shards {
-		if have[si.id] {
+		if have[si.id] || covered[si.id] {
 			continue
 		}
 		checkpoint := ""

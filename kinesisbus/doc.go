@@ -122,8 +122,13 @@
 // key's order across a split and a merge. The member that ends a shard
 // lists the shards at once and creates the children's leases (from
 // TRIM_HORIZON); other new shards appear at the next shard sync, without
-// a restart. Ended leases stay in the table (the KCL's cleanup deletes
-// them after the retention period; omnibus leaves them).
+// a restart. A finished lease is deleted as the KCL's lease cleanup
+// deletes it: once every child shard has a lease checkpointed past its
+// start and the finished shard's own parents have no lease left (parents
+// go first), or once the shard is gone from the stream and every child
+// listed has a lease. A child whose parent has no lease counts it as
+// read, and a shard sync never leases again a shard whose descendant is
+// leased, so the barrier holds after the cleanup.
 //
 // # Delivery semantics
 //
@@ -157,11 +162,18 @@
 // record follows the checkpoint; a shard that cannot be read is unknown,
 // never zero. It is read from outside the group (the lease table and one
 // GetRecords per shard, which counts against the shard's read limit), so
-// members, the autoscaler and `omnibus lag` see the same number.
+// members, the autoscaler and `omnibus lag` see the same number. The
+// same time is the lane's age (Capabilities.Age, LaneLag.Age). There is
+// no lag in records: Kinesis has no offsets and sequence numbers grow by
+// unrelated steps, so counting the records between a checkpoint and the
+// shard's end means reading them all, at the shard's read limit (5
+// GetRecords a second, 2 MB/s, shared with the members) — too dear for a
+// lag read. Tools that need a count (the dlq package's Count) say they
+// cannot tell on Kinesis.
 //
 //	capability       kinesisbus
 //	ordered lanes    yes (shards)
-//	lag              millis
+//	lag              millis (and age); no count of records
 //	exclusive lanes  yes (a shard is read by one member of a group)
 //	groups           yes
 //	replay           yes (TRIM_HORIZON)

@@ -126,6 +126,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Ordered:         true,
 		Lag:             driver.LagMillis,
+		Age:             true,
 		ExclusiveLanes:  true,
 		Groups:          true,
 		Replay:          true,
@@ -229,3 +230,28 @@ type redacted struct {
 
 func (r redacted) Error() string { return r.text }
 func (r redacted) Unwrap() error { return r.err }
+
+// NewKinesisClient returns an SDK Kinesis client configured as a kinesis://
+// URL says (region, credentials, profile, endpoint), with the SDK's own
+// retries, for a program that works on the same streams with the SDK
+// beside omnibus (omnibus bench's raw baseline does). Its connections
+// are its own; errors never show the secret key.
+func NewKinesisClient(ctx context.Context, rawURL string) (*kinesis.Client, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("kinesisbus: %s: %w", omnibus.Redact(err.Error(), rawURL), driver.ErrInvalid)
+	}
+	cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	awsCfg, err := cfg.awsConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return kinesis.NewFromConfig(awsCfg, func(o *kinesis.Options) {
+		if cfg.endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.endpoint)
+		}
+	}), nil
+}

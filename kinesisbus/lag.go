@@ -29,8 +29,15 @@ func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 // that is not read to its end, the milliseconds the first record after
 // the lease's checkpoint has waited since it arrived (at least the
 // MillisBehindLatest Kinesis reports for it), 0 when no record follows
-// the checkpoint. A shard whose record cannot be read is unknown, never
-// zero. A group without a lease table is ErrNotFound.
+// the checkpoint, as Lag (LagMillis) and as Age. A shard whose record
+// cannot be read is unknown (Known and AgeKnown false), never zero. A
+// group without a lease table is ErrNotFound.
+//
+// No count of records behind is given: Kinesis has no offsets, and
+// sequence numbers grow by unrelated steps, so the only way to count the
+// records between a checkpoint and the shard's end is to read them all,
+// at the shard's read limit (5 GetRecords a second, 2 MB/s, shared with
+// the group's members), which a lag read must not spend.
 func (c *conn) GroupLag(ctx context.Context, stream, group string) ([]driver.LaneLag, error) {
 	if err := c.checkOpen("lag", stream); err != nil {
 		return nil, err
@@ -56,7 +63,9 @@ func (c *conn) GroupLag(ctx context.Context, stream, group string) ([]driver.Lan
 		lag, err := c.shardLag(ctx, stream, l)
 		ll := driver.LaneLag{Lane: l.key}
 		if err == nil {
+			// The lag is a time; the same time is the lane's age.
 			ll.Lag, ll.Known = lag, true
+			ll.Age, ll.AgeKnown = time.Duration(lag)*time.Millisecond, true
 		}
 		lags = append(lags, ll)
 	}

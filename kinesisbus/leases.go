@@ -134,7 +134,7 @@ func (t *table) checkShape(d *types.TableDescription) error {
 func (t *table) fail(op string, err error) error {
 	err = t.c.classify(err)
 	if errorCode(err) == codeAccessDenied {
-		return fmt.Errorf("kinesisbus: lease table %q: %s: no permission (the member needs dynamodb:DescribeTable, CreateTable, Scan, GetItem, PutItem, UpdateItem on it): %w", t.name, op, err)
+		return fmt.Errorf("kinesisbus: lease table %q: %s: no permission (the member needs dynamodb:DescribeTable, CreateTable, Scan, GetItem, PutItem, UpdateItem, DeleteItem on it): %w", t.name, op, err)
 	}
 	return fmt.Errorf("kinesisbus: lease table %q: %s: %w", t.name, op, err)
 }

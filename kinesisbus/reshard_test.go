@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
@@ -67,7 +70,8 @@ func (o *orderLog) unique() int {
 // shard is split and, later, the split's two children are merged, with
 // two members of one group reading: nothing is lost, no key's message is
 // handled after a newer one of the key, and no child shard is read before
-// its parents were read to their end.
+// its parents were read to their end; the finished shards' leases are
+// then deleted and stay deleted.
 func TestReshardKeepsOrder(t *testing.T) {
 	need(t)
 	t.Parallel()
@@ -84,7 +88,9 @@ func TestReshardKeepsOrder(t *testing.T) {
 	log := newOrderLog()
 	var members []*omnibus.Consumer
 	for range 2 {
-		c := open(t, testURL(""))
+		// Shard syncs every 2s: a finished lease, once deleted, must not
+		// be created again by the next sync.
+		c := open(t, testURL("shard_sync_interval=2s"))
 		k, err := c.Subscribe(ctxT(t), stream, log.handler, omnibus.Group("reshard"), omnibus.StartFrom(omnibus.StartEarliest))
 		if err != nil {
 			t.Fatalf("Subscribe: %v", err)
@@ -149,6 +155,50 @@ func TestReshardKeepsOrder(t *testing.T) {
 	transporttest.Eventually(t, 2*time.Minute, func() bool { return log.unique() >= len(ids) }, func() string {
 		return fmt.Sprintf("received %d of %d messages", log.unique(), len(ids))
 	})
+	// Finished leases are cleaned up: once the children progressed, the
+	// table holds the leases of the open shards alone (the split's parent
+	// and the merge's parents are deleted), and a shard sync later they
+	// are still gone.
+	_, ddb := rawClients()
+	openShards := map[string]bool{}
+	for _, s := range listShards(t, kin, stream) {
+		if s.SequenceNumberRange.EndingSequenceNumber == nil {
+			openShards[*s.ShardId] = true
+		}
+	}
+	leaseKeys := func() []string {
+		out, err := ddb.Scan(ctxT(t), &dynamodb.ScanInput{TableName: aws.String(stream + ".reshard"), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatalf("Scan: %v", err)
+		}
+		var keys []string
+		for _, item := range out.Items {
+			if v, ok := item["leaseKey"].(*ddbtypes.AttributeValueMemberS); ok {
+				keys = append(keys, v.Value)
+			}
+		}
+		slices.Sort(keys)
+		return keys
+	}
+	onlyOpen := func(keys []string) bool {
+		if len(keys) != len(openShards) {
+			return false
+		}
+		for _, k := range keys {
+			if !openShards[k] {
+				return false
+			}
+		}
+		return true
+	}
+	var lk []string
+	transporttest.Eventually(t, time.Minute, func() bool { lk = leaseKeys(); return onlyOpen(lk) }, func() string {
+		return fmt.Sprintf("lease table holds %v, want the open shards %v alone", lk, openShards)
+	})
+	time.Sleep(5 * time.Second) // shard syncs run
+	if lk = leaseKeys(); !onlyOpen(lk) {
+		t.Errorf("after more shard syncs the lease table holds %v, want the open shards %v alone", lk, openShards)
+	}
 	for _, k := range members {
 		_ = k.Shutdown(ctxT(t))
 	}

@@ -122,6 +122,8 @@ type sub struct {
 	// The taker's own (balance.go).
 	seen     map[string]seenLease
 	lastSync time.Time
+	// listed is the stream's shards at the last shard sync (cleanup.go).
+	listed []shardInfo
 
 	mu      sync.Mutex
 	held    map[string]*shard // leases the member holds, claimed or being claimed

@@ -43,6 +43,9 @@ group, and judges each lane from a sliding window of samples:
 AGE is how long the oldest unsettled message of the lane has waited, where
 the transport can tell ("?" where it cannot: RabbitMQ shows the head of a
 queue to no one but the consumer holding it); the total's is the oldest.
+LAG counts messages, except on Kinesis, which has no offsets to count
+records by: there it is the time behind in milliseconds, headed LAG(ms),
+and the total is the largest lane's.
 
 Without --watch it takes --samples samples --interval apart and prints
 once; with --watch it prints after every sample until Ctrl-C. The
@@ -73,6 +76,9 @@ type groupLag struct {
 	Committed map[string]int64
 	// Members is the number of group members, -1 when unknown.
 	Members int
+	// Millis tells that the lag is a time in milliseconds (a transport
+	// of driver.LagMillis, Kinesis), not a count of messages.
+	Millis bool
 }
 
 // lagSource reads a group's lag.
@@ -92,15 +98,18 @@ type lagSample struct {
 
 // lagReport is the --json shape of a report.
 type lagReport struct {
-	Topic   string       `json:"topic"`
-	Group   string       `json:"group"`
-	Time    time.Time    `json:"time"`
-	Lanes   []laneReport `json:"lanes"`
-	Total   int64        `json:"total"`
-	MaxAge  *float64     `json:"max_age_seconds,omitempty"`
-	Unknown int          `json:"unknown_lanes,omitempty"`
-	Status  laneStatus   `json:"status"`
-	Error   string       `json:"error,omitempty"`
+	Topic string       `json:"topic"`
+	Group string       `json:"group"`
+	Time  time.Time    `json:"time"`
+	Lanes []laneReport `json:"lanes"`
+	Total int64        `json:"total"`
+	// Unit is "ms" where the lag is a time in milliseconds (Kinesis: no
+	// count of records can be had); the total is then the largest lane's.
+	Unit    string     `json:"unit,omitempty"`
+	MaxAge  *float64   `json:"max_age_seconds,omitempty"`
+	Unknown int        `json:"unknown_lanes,omitempty"`
+	Status  laneStatus `json:"status"`
+	Error   string     `json:"error,omitempty"`
 }
 
 type laneReport struct {
@@ -162,8 +171,9 @@ func (a *app) lagSource(ctx context.Context, c *omnibus.Client) (lagSource, func
 	}
 	if glr, ok := c.Driver().(driver.GroupLagReader); ok {
 		gmr, _ := c.Driver().(driver.GroupMembersReader)
+		millis := c.Capabilities().Lag == driver.LagMillis
 		return func(ctx context.Context, topic, group string) (groupLag, error) {
-			g := groupLag{Members: -1}
+			g := groupLag{Members: -1, Millis: millis}
 			var err error
 			if g.Lanes, err = glr.GroupLag(ctx, topic, group); err != nil {
 				return g, err
@@ -235,6 +245,9 @@ func runLag(ctx context.Context, w io.Writer, o lagOptions, read func() lagSampl
 func report(topic, group string, window []lagSample) lagReport {
 	last := window[len(window)-1]
 	r := lagReport{Topic: topic, Group: group, Time: last.At, Status: statusOK}
+	if last.Millis {
+		r.Unit = "ms"
+	}
 	if last.Err != nil {
 		r.Error = last.Err.Error()
 	}
@@ -277,9 +290,12 @@ func report(topic, group string, window []lagSample) lagReport {
 				}
 			}
 		}
-		if p.Known {
+		switch {
+		case p.Known && last.Millis:
+			r.Total = max(r.Total, p.Lag)
+		case p.Known:
 			r.Total += p.Lag
-		} else {
+		default:
 			r.Unknown++
 			lr.Lag = 0
 		}
@@ -310,7 +326,11 @@ func printLag(w io.Writer, r lagReport, asJSON bool) error {
 		fmt.Fprintf(w, "lag read failed: %s\n", oneLine(r.Error))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "LANE\tLAG\tAGE\tSTATUS\t")
+	header := "LAG"
+	if r.Unit != "" {
+		header = "LAG(" + r.Unit + ")"
+	}
+	fmt.Fprintf(tw, "LANE\t%s\tAGE\tSTATUS\t\n", header)
 	for _, l := range r.Lanes {
 		lag := fmt.Sprint(l.Lag)
 		if !l.Known {
