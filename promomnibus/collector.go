@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/driver"
 	"github.com/omnibus-go/omnibus/internal/observe"
 )
 
@@ -113,6 +114,11 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // GroupLag is a reading of a consumer group from outside it.
 type GroupLag struct {
 	Lanes []omnibus.LaneLag
+	// Kind is what Lanes' Lag is (the transport's Capabilities.Lag): of
+	// kind LagMillis (Kinesis), it is a time, and omnibus_lag_messages
+	// has no series for the lanes (omnibus_lag_seconds has their age).
+	// Any other kind, the zero value too, is a count.
+	Kind driver.LagKind
 	// Members is the number of the group's members, -1 when the
 	// transport cannot tell.
 	Members int
@@ -244,6 +250,6 @@ func (c *Collector) readGroups(ctx context.Context, g *gauges) {
 		if n := results[i].gl.Members; n >= 0 {
 			g.groupMembers[[3]string(w.labels)] = n
 		}
-		g.lanes(w.labels, observe.FromLags(results[i].gl.Lanes))
+		g.lanes(w.labels, observe.FromLags(results[i].gl.Lanes, results[i].gl.Kind))
 	}
 }

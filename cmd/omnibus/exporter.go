@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/omnibus-go/omnibus/driver"
 	"github.com/omnibus-go/omnibus/promomnibus"
 )
 
@@ -68,7 +69,11 @@ func (a *app) exporter(ctx context.Context, o exporterOptions) error {
 	for _, g := range o.groups {
 		col.WatchGroup(transport, o.topic, g, func(ctx context.Context) (promomnibus.GroupLag, error) {
 			gl, err := src(ctx, o.topic, g)
-			return promomnibus.GroupLag{Lanes: gl.Lanes, Members: gl.Members}, err
+			var kind driver.LagKind // a count
+			if gl.Millis {
+				kind = driver.LagMillis
+			}
+			return promomnibus.GroupLag{Lanes: gl.Lanes, Members: gl.Members, Kind: kind}, err
 		})
 	}
 	s, err := serveMetrics(o.metricsAddr, col)

@@ -35,16 +35,18 @@ type Lane struct {
 
 // FromLag converts a lane's lag as the transport reports it: the count,
 // and the age of the lane's oldest unsettled message where the transport
-// tells it (driver.LaneLag.AgeKnown). Every gauge, in process and in the
-// exporter, reads a lane's lag through here.
-func FromLag(l omnibus.LaneLag) Lane {
-	return Lane{Lane: l.Lane, Messages: l.Lag, MessagesKnown: l.Known, Seconds: l.Age.Seconds(), SecondsKnown: l.AgeKnown}
+// tells it (driver.LaneLag.AgeKnown). A lag of kind LagMillis is a time,
+// not a count: the count is then unknown. Every gauge, in process and in
+// the exporter, reads a lane's lag through here.
+func FromLag(l omnibus.LaneLag, kind driver.LagKind) Lane {
+	return Lane{Lane: l.Lane, Messages: l.Lag, MessagesKnown: l.Known && kind != driver.LagMillis, Seconds: l.Age.Seconds(), SecondsKnown: l.AgeKnown}
 }
 
-func FromLags(lags []omnibus.LaneLag) []Lane {
+// FromLags converts the lags of a transport whose lag is of kind.
+func FromLags(lags []omnibus.LaneLag, kind driver.LagKind) []Lane {
 	out := make([]Lane, len(lags))
 	for i, l := range lags {
-		out[i] = FromLag(l)
+		out[i] = FromLag(l, kind)
 	}
 	return out
 }
@@ -113,7 +115,7 @@ func Read[T any](ctx context.Context, bs []Bound[T]) []Reading[T] {
 				if err != nil {
 					r.LagErr = err
 				} else {
-					r.Lanes = FromLags(lags)
+					r.Lanes = FromLags(lags, b.Consumer.Capabilities().Lag)
 				}
 			}
 			out[i] = r
