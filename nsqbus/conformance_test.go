@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/nsqtest"
 	"github.com/omnibus-go/omnibus/transporttest"
 )
 
@@ -54,3 +55,32 @@ func TestConformance(t *testing.T) {
 		transporttest.Run(t, harness(lookupURL(t, msgTimeout), restartShared))
 	})
 }
+
+// TestFaults runs the fault suite on an nsqd of the test's own, which
+// the restart test stops gracefully (nsqd writes what it holds, in
+// flight included, to its data directory) and starts again on its data.
+// A killed consumer's messages are in flight until msg_timeout, then
+// delivered to the others.
+func TestFaults(t *testing.T) {
+	transporttest.RunFaults(t, func(t *testing.T) transporttest.Harness {
+		srv := nsqtest.StartNSQD(t, nsqtest.Config{})
+		u := srv.URL(testParams, "msg_timeout="+ackDeadline.String())
+		h := harness(u, func(ctx context.Context, t testing.TB) {
+			srv.Stop()
+			if err := srv.Start(); err != nil {
+				t.Fatalf("start nsqd again: %v", err)
+			}
+		})
+		h.URL = u
+		h.PoisonGap = poisonGap
+		return h
+	})
+}
+
+// poisonGap is why nsqbus cannot yet dead-letter a message that crashes
+// its holders without taking innocent ones along (see the package
+// documentation, Delivery semantics).
+const poisonGap = "FIN has no answer in NSQ's protocol, and go-nsq writes it from the connection's own goroutine after Finish returned, " +
+	"so a member cannot make sure that what it settled reached nsqd before a suspect runs: a process the poisoned message crashes " +
+	"can take with it the FINs of messages handled just before, which come back with nsqd's attempt count raised at each crash; " +
+	"one that reaches MaxAttempts is dead-lettered although it never crashed anything (1 or 2 of 39 in the fault test)"

@@ -106,8 +106,9 @@
 // reset, the answers not yet read are lost with it, and the commands
 // waiting for them fail as below.
 // A command whose connection dropped before nsqd answered fails with an
-// error that says it may or may not be stored (at least once, if the
-// caller publishes again).
+// error that says it may or may not be stored, marked
+// driver.ErrOutcomeUnknown, which omnibus.Publish sends again with the
+// same IDs (at least once: a duplicate when nsqd had stored it).
 //
 // Consuming: at least once. A member is a go-nsq Consumer of the
 // channel; it buffers what nsqd sends and the engine takes it. Its
@@ -121,7 +122,14 @@
 // delayed redelivery, with no backoff state (go-nsq's backoff and its
 // max_attempts are off; the engine counts attempts and dead-letters).
 // Delivery.Attempt is the message's attempt count, which nsqd raises on
-// every delivery, timeouts and REQ included. Every message a member
+// every delivery, timeouts and REQ included. FIN has no answer in NSQ's
+// protocol and go-nsq writes it after Finish returns, so Ack returns
+// before nsqd has the FIN: a process that crashes (the engine runs a
+// redelivered message only after settling what came before it, for that
+// case) can lose the FINs of the messages it handled last, which come
+// back with their count raised, and one of those can reach MaxAttempts
+// and be dead-lettered with a message that crashed its holders, though it
+// never crashed anything. Every message a member
 // holds (buffered, or in the engine) is touched (TOUCH) once it has been
 // held a quarter of msg_timeout since it arrived or was last touched, so
 // a slow handler keeps its message; nsqd stops

@@ -18,7 +18,6 @@ package nsqbus
 // writer waits on a full socket. Order: wmu, mu.
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -28,8 +27,10 @@ import (
 )
 
 // errLost is the answer of a command whose connection closed before
-// nsqd answered: nsqd may or may not have stored its messages.
-var errLost = errors.New("connection to nsqd lost before its answer; the messages may or may not be stored")
+// nsqd answered: nsqd may or may not have stored its messages, so it is
+// marked driver.ErrOutcomeUnknown (omnibus.Publish sends them again,
+// with the same IDs).
+var errLost = fmt.Errorf("connection to nsqd lost before its answer; the messages may or may not be stored: %w", driver.ErrOutcomeUnknown)
 
 type producer struct {
 	c    *conn

@@ -94,3 +94,45 @@ func TestConformancePartitioned(t *testing.T) {
 	cleanupSuite(t, u)
 	transporttest.Run(t, harness(with(u, suiteParams, partitionedParams), 4))
 }
+
+// TestFaults runs the fault suite unpartitioned on a redis-server of the
+// test's own (an append-only file fsynced on every write), which the
+// restart test stops and starts again on its data. A killed consumer's
+// pending entries are claimed by the others after claim_idle.
+func TestFaults(t *testing.T) {
+	transporttest.RunFaults(t, faultHarness(""))
+}
+
+// TestFaultsPartitioned is TestFaults in partitioned mode: a killed
+// consumer's lanes move once their leases (lease_ttl) expire.
+func TestFaultsPartitioned(t *testing.T) {
+	transporttest.RunFaults(t, faultHarness(partitionedParams))
+}
+
+func faultHarness(params string) func(t *testing.T) transporttest.Harness {
+	return func(t *testing.T) transporttest.Harness {
+		srv := startPrivateServer(t)
+		u := with(srv.url(), "claim_idle=1s", "dial_timeout=1s")
+		lanes := 1
+		if params != "" {
+			u += "&" + params
+			lanes = 4
+		}
+		h := harness(u, lanes)
+		h.URL = u
+		h.Restart = func(ctx context.Context, t testing.TB) { srv.restart(100 * time.Millisecond) }
+		if params != "" {
+			h.PoisonGap = partitionedPoisonGap
+		}
+		return h
+	}
+}
+
+// partitionedPoisonGap is why partitioned redisbus cannot yet dead-letter
+// a message that crashes its holders, and only it (see the package
+// documentation, Delivery semantics). The test passed 3 runs of 4 and
+// failed the fourth with the poisoned message's handler seeing attempts
+// 1 2 3 1 1 1 over 6 crashed processes.
+const partitionedPoisonGap = "entries of other lanes that a crashed member held behind the poisoned one (in the member's order of suspects) " +
+	"are taken over by the lanes' next owners with their delivery count raised (XAUTOCLAIM counts a delivery) without having run; " +
+	"one that reaches MaxAttempts first is dead-lettered, and the poisoned one then runs again"

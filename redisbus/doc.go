@@ -198,6 +198,16 @@
 // handled again by the same member after the backoff, and dead-lettered
 // after MaxAttempts.
 //
+// A message whose handler crashes its process each time is dead-lettered
+// once its delivery count passes MaxAttempts (the engine runs a
+// redelivered entry only after acknowledging what came before it).
+// Partitioned, one gap is left: the entries of other lanes that the
+// crashed member held behind the poisoned one are taken over by their
+// lanes' next owners with their count raised (XAUTOCLAIM counts a
+// delivery) without having run, so one of them can reach MaxAttempts
+// first and be dead-lettered, though it never crashed anything, while
+// the poisoned one runs again.
+//
 // Unpartitioned, a member that dies leaves its entries pending in the
 // group; every member claims entries idle for claim_idle (XAUTOCLAIM,
 // every claim_idle/4, at most every 5 seconds, when it has room to read),

@@ -10,7 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -171,6 +173,19 @@ func classify(err error) error {
 	case redis.HasErrorPrefix(err, "LOADING"), redis.HasErrorPrefix(err, "BUSY "), redis.HasErrorPrefix(err, "TRYAGAIN"):
 		// The server refused before acting.
 		return fmt.Errorf("%w: %w", err, driver.ErrRetryable)
+	case errors.Is(err, redis.ErrPoolTimeout):
+		// No connection was had: nothing was sent.
+		return fmt.Errorf("%w: %w", err, driver.ErrRetryable)
+	}
+	var op *net.OpError
+	switch {
+	case errors.As(err, &op) && op.Op == "dial":
+		// No connection was made: nothing was sent.
+		return fmt.Errorf("%w: %w", err, driver.ErrRetryable)
+	case errors.As(err, &op), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		// The connection broke while the command was out (a server
+		// restarting, a network fault): the server may have run it.
+		return fmt.Errorf("%w: %w", err, driver.ErrOutcomeUnknown)
 	}
 	return err
 }
