@@ -433,8 +433,10 @@ type GroupMembersReader interface {
 //     an ID is the server's append time in milliseconds), else the first
 //     entry after the group's last-delivered-id.
 //   - NSQ: as RabbitMQ, from the oldest in-flight message this client
-//     holds (the message's nsqd timestamp); unknown while the channel has
-//     a depth and none is held here.
+//     holds (the message's nsqd timestamp), where every message in
+//     flight is held here and the channel never requeued, timed out or
+//     spilled to disk (so those waiting are newer); 0 when the channel
+//     has no lag; unknown otherwise.
 //   - Kinesis: the ApproximateArrivalTimestamp of the oldest record the
 //     member holds unsettled, else MillisBehindLatest of the shard's last
 //     GetRecords, on the lanes this process reads; unknown elsewhere.
