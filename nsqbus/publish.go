@@ -143,11 +143,12 @@ func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error,
 	// size; a message that does not fit starts the next batch.
 	newBatch := func() *batch { return &batch{body: make([]byte, 4, min(left, c.limits.maxBody))} }
 	cur := newBatch()
+	var enc encoder
 	for i, m := range msgs {
 		left -= est(m)
 		start := len(cur.body)
 		cur.body = append(cur.body, 0, 0, 0, 0)
-		cur.body = encode(cur.body, m)
+		cur.body = enc.encode(cur.body, m)
 		n := len(cur.body) - start - 4
 		if n > c.limits.maxMsg {
 			cur.body = cur.body[:start]
