@@ -72,8 +72,9 @@
 //	Source       source
 //	Time         time (RFC 3339 with nanoseconds)
 //	ContentType  datacontenttype
-//	Body         data (a JSON body of a JSON content type, as it is),
-//	             else data_base64
+//	Body         data (a JSON body of a JSON content type, as it is;
+//	             a text/* body in UTF-8 as a JSON string, where no
+//	             larger than in base64), else data_base64
 //	             specversion: 1.0
 //	Headers      a member of the header's name when it is an attribute
 //	             name (lowercase letters and digits: "tenant", an
