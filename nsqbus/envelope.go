@@ -42,7 +42,8 @@ func encode(dst []byte, m *driver.Message) []byte {
 // last second it wrote a time of, which the messages of a batch share.
 type encoder struct {
 	sec    int64
-	prefix []byte // "2006-01-02T15:04:05" of sec
+	n      int      // the length of prefix in use: 0 before the first time
+	prefix [24]byte // "2006-01-02T15:04:05" of sec
 }
 
 func (e *encoder) encode(dst []byte, m *driver.Message) []byte {
@@ -115,13 +116,13 @@ func encodeBody(dst []byte, m *driver.Message) []byte {
 func (e *encoder) appendTime(dst []byte, t time.Time) []byte {
 	t = t.UTC()
 	sec := t.Unix()
-	if e.prefix == nil || sec != e.sec {
-		e.sec, e.prefix = sec, t.Truncate(time.Second).AppendFormat(e.prefix[:0], "2006-01-02T15:04:05")
+	if e.n == 0 || sec != e.sec {
+		e.sec, e.n = sec, len(t.Truncate(time.Second).AppendFormat(e.prefix[:0], "2006-01-02T15:04:05"))
 	}
-	if len(e.prefix) != len("2006-01-02T15:04:05") { // a year beyond 9999, or before 0
+	if e.n != len("2006-01-02T15:04:05") { // a year beyond 9999, or before 0
 		return t.AppendFormat(dst, time.RFC3339Nano)
 	}
-	dst = append(dst, e.prefix...)
+	dst = append(dst, e.prefix[:e.n]...)
 	if ns := t.Nanosecond(); ns != 0 {
 		var frac [10]byte
 		frac[0] = '.'
