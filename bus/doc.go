@@ -71,6 +71,16 @@
 //   - NATS JetStream: each topic is a stream; S's group is a durable
 //     consumer; an instance's reply consumer is deleted when it leaves,
 //     and by the server after inactive_threshold if it crashed.
+//   - Redis Streams: each topic is a stream (partitions=N: N streams,
+//     each a lane held by one member); S's group is a Redis consumer
+//     group on each; an instance's reply group is destroyed when the
+//     instance leaves.
+//   - NSQ: each topic is an NSQ topic; S's group is the channel S; an
+//     instance's reply channel is ephemeral (nsqd deletes it when the
+//     instance leaves). NSQ keeps no order: the events of one key may
+//     arrive out of order, and a command's retries go back to the
+//     channel with nsqd's delay (REQ). A message sent to a topic no
+//     service has started on waits in the topic for its first channel.
 //   - membus: as Kafka, in memory.
 //
 // A service's group is created when the service first starts. From

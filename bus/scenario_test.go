@@ -41,7 +41,7 @@ func (m PaymentCaptured) MessageKey() string { return m.Order }
 // scenarioOrders is the number of orders per transport, and why fewer
 // where it is fewer.
 var scenarioOrders = map[string]int{
-	"membus": 10000, "kafka": 10000, "rabbitmq": 10000, "nats": 10000, "nats-embedded": 10000,
+	"membus": 10000, "kafka": 10000, "rabbitmq": 10000, "nats": 10000, "nats-embedded": 10000, "redis": 10000, "nsq": 10000,
 }
 
 // Which orders fail, and how.

@@ -4,35 +4,51 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/nsqtest"
 	"github.com/omnibus-go/omnibus/internal/testenv"
 	_ "github.com/omnibus-go/omnibus/kafkabus"
 	_ "github.com/omnibus-go/omnibus/membus"
 	_ "github.com/omnibus-go/omnibus/natsbus"
+	_ "github.com/omnibus-go/omnibus/nsqbus"
 	_ "github.com/omnibus-go/omnibus/rabbitbus"
+	_ "github.com/omnibus-go/omnibus/redisbus"
 )
 
-// TestMain silences the engine's logs (the injected handler failures log
-// each) unless BUS_LOG is set, and fails when a goroutine outlives the
-// tests.
+// TestMain runs nsqd when the test binary was started as one (see
+// nsqtest), silences the engine's logs (the injected handler failures
+// log each) unless BUS_LOG is set, and fails when a goroutine outlives
+// the tests. The tests' nsqd stops at the end.
 func TestMain(m *testing.M) {
+	nsqtest.Main()
 	if os.Getenv("BUS_LOG") == "" {
 		slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	stopNSQ()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // transport is one transport the bus's tests run on.
@@ -48,10 +64,12 @@ var (
 	rabbitURL  = testenv.Getenv("RABBITBUS_URL", "amqp://guest:guest@127.0.0.1:5672/")
 	rabbitAddr = testenv.Getenv("RABBITBUS_ADDR", "127.0.0.1:5672")
 	natsURL    = testenv.Getenv("NATS_URL", "nats://127.0.0.1:4222")
+	redisAddr  = testenv.Getenv("REDIS_ADDR", "127.0.0.1:6379")
 )
 
 const (
 	startRabbit = "rabbitmq-server -detached"
+	startRedis  = "redis-server --bind 127.0.0.1 --port 6379 --save '' --appendonly no --daemonize yes"
 	startNATS   = "start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log"
 	// kafkaParams make group membership react in test time.
 	kafkaParams = "heartbeat_interval=100ms&session_timeout=10s&rebalance_timeout=20s&fetch_max_wait=100ms&metadata_max_age=1s"
@@ -85,6 +103,65 @@ var transports = []transport{
 	{name: "nats-embedded", url: func(t testing.TB, ns string) string {
 		return "nats://embedded?dir=" + t.TempDir()
 	}},
+	{name: "redis", url: func(t testing.TB, ns string) string {
+		testenv.Require(t, "Redis", redisAddr, startRedis)
+		t.Cleanup(func() { deleteRedis(t, ns) })
+		return "redis://" + redisAddr + "?partitions=4&lease_ttl=2s&rebalance_interval=100ms"
+	}},
+	{name: "nsq", url: func(t testing.TB, ns string) string {
+		n := nsqd(t)
+		t.Cleanup(func() {
+			if err := nsqtest.DeleteTopics(n.HTTPAddr(), ns); err != nil {
+				t.Logf("cleanup: %v", err)
+			}
+		})
+		return n.URL("poll_interval=200ms")
+	}},
+}
+
+// The tests' nsqd, started by the first test that needs it.
+var nsqServer struct {
+	once sync.Once
+	dir  string
+	nsqd *nsqtest.NSQD
+	err  error
+}
+
+func nsqd(t testing.TB) *nsqtest.NSQD {
+	t.Helper()
+	nsqServer.once.Do(func() {
+		if nsqServer.dir, nsqServer.err = os.MkdirTemp("", "omnibus-bus-nsqd-"); nsqServer.err == nil {
+			nsqServer.nsqd, nsqServer.err = nsqtest.Start(nsqServer.dir, nsqtest.Config{})
+		}
+	})
+	if nsqServer.err != nil {
+		t.Fatalf("nsqd: %v", nsqServer.err)
+	}
+	return nsqServer.nsqd
+}
+
+func stopNSQ() {
+	if nsqServer.nsqd != nil {
+		nsqServer.nsqd.Close()
+	}
+	if nsqServer.dir != "" {
+		_ = os.RemoveAll(nsqServer.dir)
+	}
+}
+
+// deleteRedis deletes the keys of namespace ns (all the topics' keys
+// start with it) from the Redis server.
+func deleteRedis(t testing.TB, ns string) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	it := rdb.Scan(ctx, 0, ns+"*", 1000).Iterator()
+	for it.Next(ctx) {
+		if err := rdb.Del(ctx, it.Val()).Err(); err != nil {
+			t.Logf("cleanup: delete %s: %v", it.Val(), err)
+		}
+	}
 }
 
 // namespace returns a namespace no other run uses.

@@ -433,8 +433,10 @@ type GroupMembersReader interface {
 //     an ID is the server's append time in milliseconds), else the first
 //     entry after the group's last-delivered-id.
 //   - NSQ: as RabbitMQ, from the oldest in-flight message this client
-//     holds (the message's nsqd timestamp); unknown while the channel has
-//     a depth and none is held here.
+//     holds (the message's nsqd timestamp), where every message in
+//     flight is held here and the channel never requeued, timed out or
+//     spilled to disk (so those waiting are newer); 0 when the channel
+//     has no lag; unknown otherwise.
 //   - Kinesis: the ApproximateArrivalTimestamp of the first record after
 //     the group's checkpoint (at least the MillisBehindLatest Kinesis
 //     reports for it), read from outside the group; the lag in time is

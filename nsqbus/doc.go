@@ -72,8 +72,9 @@
 //	Source       source
 //	Time         time (RFC 3339 with nanoseconds)
 //	ContentType  datacontenttype
-//	Body         data (a JSON body of a JSON content type, as it is),
-//	             else data_base64
+//	Body         data (a JSON body of a JSON content type, as it is;
+//	             a text/* body in UTF-8 as a JSON string, where no
+//	             larger than in base64), else data_base64
 //	             specversion: 1.0
 //	Headers      a member of the header's name when it is an attribute
 //	             name (lowercase letters and digits: "tenant", an
@@ -154,6 +155,19 @@
 // also reads a group's lag from outside the group (GroupLag, which
 // omnibus lag uses).
 //
+// The lane's age (LaneLag.Age) is known only where it is certain: /stats
+// shows no message's time, and a message carries its own (nsqd's time of
+// the PUB) only when it is delivered. It is the age of the oldest
+// message this client's members hold on the channel, where that is the
+// channel's oldest: on every nsqd with a lag, every message in flight is
+// held here, none is deferred, and the channel has never requeued or
+// timed out a message and has none on disk, topic or channel (nsqd's
+// memory queues are first in, first out; a requeued message goes back
+// behind newer ones, and one on disk may come out before older ones in
+// memory). A channel with no lag has age 0. Anywhere else it is unknown,
+// never 0: from another process (omnibus lag), and on a channel that has
+// retried a message, until it is empty.
+//
 // # Reconnection
 //
 // go-nsq's consumer dials a lost nsqd again every poll_interval (direct
@@ -165,7 +179,7 @@
 //
 //	capability       nsqbus
 //	ordered lanes    no (one unordered lane per channel)
-//	lag              depth (depth + in flight + deferred)
+//	lag              depth (depth + in flight + deferred), and age where certain
 //	exclusive lanes  no
 //	groups           yes (channels)
 //	replay           no

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/omnibus-go/omnibus/driver"
 )
@@ -31,8 +32,21 @@ const headersAttr = "omnibusheaders"
 // encode appends m as a JSON event to dst: specversion, id, source,
 // type, time, partitionkey (the key), datacontenttype, one extension per
 // header named as an attribute, headersAttr for the others, and the body
-// as data when it is JSON of a JSON content type, else as data_base64.
+// (encodeBody). Attributes that are empty are left out.
 func encode(dst []byte, m *driver.Message) []byte {
+	var e encoder
+	return e.encode(dst, m)
+}
+
+// encoder encodes the messages of one Publish: it keeps the text of the
+// last second it wrote a time of, which the messages of a batch share.
+type encoder struct {
+	sec    int64
+	n      int      // the length of prefix in use: 0 before the first time
+	prefix [24]byte // "2006-01-02T15:04:05" of sec
+}
+
+func (e *encoder) encode(dst []byte, m *driver.Message) []byte {
 	dst = append(dst, `{"specversion":"1.0","id":`...)
 	dst = appendString(dst, m.ID)
 	for _, a := range [...]struct{ name, value string }{
@@ -45,7 +59,7 @@ func encode(dst []byte, m *driver.Message) []byte {
 	}
 	if !m.Time.IsZero() {
 		dst = append(dst, `,"time":"`...)
-		dst = m.Time.UTC().AppendFormat(dst, time.RFC3339Nano)
+		dst = e.appendTime(dst, m.Time)
 		dst = append(dst, '"')
 	}
 	var other map[string]string
@@ -67,18 +81,67 @@ func encode(dst []byte, m *driver.Message) []byte {
 		dst = append(dst, `,"`+headersAttr+`":`...)
 		dst = appendString(dst, string(raw))
 	}
+	return append(encodeBody(dst, m), '}')
+}
+
+// encodeBody appends the body, the smallest way the content type
+// allows: none when empty; as data, the JSON itself, when it is valid
+// JSON of a JSON content type; as data, a JSON string, when it is text
+// (text/*) in UTF-8 no longer escaped than in base64; else as
+// data_base64.
+func encodeBody(dst []byte, m *driver.Message) []byte {
 	switch {
 	case len(m.Body) == 0:
+		return dst
 	case jsonType(m.ContentType) && json.Valid(m.Body):
 		dst = append(dst, `,"data":`...)
-		dst = append(dst, m.Body...)
-	default:
-		dst = append(dst, `,"data_base64":"`...)
-		dst = base64.StdEncoding.AppendEncode(dst, m.Body)
-		dst = append(dst, '"')
+		return append(dst, m.Body...)
+	case textType(m.ContentType) && utf8.Valid(m.Body):
+		start := len(dst)
+		dst = append(dst, `,"data":`...)
+		dst = appendString(dst, unsafeString(m.Body))
+		if len(dst)-start <= len(`,"data_base64":""`)+base64.StdEncoding.EncodedLen(len(m.Body)) {
+			return dst
+		}
+		dst = dst[:start] // escaped, it is larger than in base64
 	}
-	return append(dst, '}')
+	dst = append(dst, `,"data_base64":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, m.Body)
+	return append(dst, '"')
 }
+
+// appendTime appends t in UTC as RFC 3339 with the nanoseconds that are
+// not 0, as time.RFC3339Nano writes it; the text up to the seconds is
+// made once per second.
+func (e *encoder) appendTime(dst []byte, t time.Time) []byte {
+	t = t.UTC()
+	sec := t.Unix()
+	if e.n == 0 || sec != e.sec {
+		e.sec, e.n = sec, len(t.Truncate(time.Second).AppendFormat(e.prefix[:0], "2006-01-02T15:04:05"))
+	}
+	if e.n != len("2006-01-02T15:04:05") { // a year beyond 9999, or before 0
+		return t.AppendFormat(dst, time.RFC3339Nano)
+	}
+	dst = append(dst, e.prefix[:e.n]...)
+	if ns := t.Nanosecond(); ns != 0 {
+		var frac [10]byte
+		frac[0] = '.'
+		for i := 9; i >= 1; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := 10
+		for frac[n-1] == '0' {
+			n--
+		}
+		dst = append(dst, frac[:n]...)
+	}
+	return append(dst, 'Z')
+}
+
+// unsafeString is b as a string without a copy, for reading only while
+// b is not changed.
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // appendString appends s as a JSON string. A string with nothing to
 // escape, the usual case, is copied as it is.
@@ -102,6 +165,14 @@ func appendString(dst []byte, s string) []byte {
 func appendMarshaled(dst []byte, s string) []byte {
 	raw, _ := json.Marshal(s) // a string always marshals
 	return append(dst, raw...)
+}
+
+// textType reports whether a media type is text (text/*) other than
+// JSON.
+func textType(contentType string) bool {
+	mt, _, _ := strings.Cut(strings.ToLower(contentType), ";")
+	mt = strings.TrimSpace(mt)
+	return strings.HasPrefix(mt, "text/") && mt != "text/json"
 }
 
 // jsonType reports whether a media type is JSON (application/json,

@@ -68,6 +68,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Ordered:         false,
 		Lag:             driver.LagDepth,
+		Age:             true,
 		ExclusiveLanes:  false,
 		Groups:          true,
 		Replay:          false,

@@ -96,9 +96,36 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	}
 	errs := make([]error, len(msgs))
 	out := &sending{p: c.pub, topic: name, errs: errs, async: opts.Durability == driver.DurabilityNone}
-	c.encodeBatches(topic, msgs, errs, func(b *batch) { out.send(ctx, b) })
+	var sent []*batch
+	c.encodeBatches(topic, msgs, errs, func(b *batch) {
+		out.send(ctx, b)
+		sent = append(sent, b)
+	})
 	out.wait(ctx)
+	// Every command is written (a producer writes before send returns)
+	// and answered or given up: the bodies go back for the next Publish.
+	for _, b := range sent {
+		putBody(b.body)
+	}
 	return batchError(topic, msgs, errs)
+}
+
+// bodies are MPUB bodies of earlier Publish calls, to be written over:
+// a body is a batch's size (up to nsqd's max-body-size), and a fresh one
+// would be zeroed first.
+var bodies sync.Pool
+
+// getBody returns a body of at least 4 bytes, with room for about size.
+func getBody(size int) []byte {
+	if p, ok := bodies.Get().(*[]byte); ok && cap(*p) >= size/2 {
+		return (*p)[:4]
+	}
+	return make([]byte, 4, size)
+}
+
+func putBody(b []byte) {
+	b = b[:0]
+	bodies.Put(&b)
 }
 
 // batch is the body of one MPUB: the count of messages, then the size
@@ -141,13 +168,16 @@ func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error,
 	}
 	// A batch's buffer takes what is left to encode, up to the body
 	// size; a message that does not fit starts the next batch.
-	newBatch := func() *batch { return &batch{body: make([]byte, 4, min(left, c.limits.maxBody))} }
-	cur := newBatch()
+	newBatch := func(rest int) *batch {
+		return &batch{body: getBody(min(left, c.limits.maxBody)), idx: make([]int, 0, rest), offs: make([]int, 0, rest)}
+	}
+	cur := newBatch(len(msgs))
+	var enc encoder
 	for i, m := range msgs {
 		left -= est(m)
 		start := len(cur.body)
 		cur.body = append(cur.body, 0, 0, 0, 0)
-		cur.body = encode(cur.body, m)
+		cur.body = enc.encode(cur.body, m)
 		n := len(cur.body) - start - 4
 		if n > c.limits.maxMsg {
 			cur.body = cur.body[:start]
@@ -157,7 +187,7 @@ func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error,
 		}
 		if len(cur.idx) > 0 && len(cur.body) > c.limits.maxBody {
 			// Over the body size with this message: it starts the next.
-			next := newBatch()
+			next := newBatch(len(msgs) - i)
 			next.body = append(next.body, cur.body[start:]...)
 			cur.body = cur.body[:start]
 			emit(cur)

@@ -292,7 +292,14 @@
 // Lag is XINFO GROUPS lag (entries the group has not read) plus pending
 // (read and not acknowledged), per lane (LagDepth); Redis cannot tell the
 // lag after entries were deleted from the middle of a stream (XDEL), and
-// the lane is then Known false. Client.Lag (and the CLI's omnibus lag)
+// the lane is then Known false. Each lane's age (LaneLag.Age) is that
+// of the group's oldest unsettled entry: its lowest pending entry
+// (XPENDING), else the first entry after its last-delivered-id; an entry
+// ID begins with the server's time of the XADD in milliseconds, and the
+// age is the server's time (TIME) minus that, so it is not off by the
+// clocks of the machines. A lane with nothing unsettled has age 0. An
+// entry another client added with an ID of its own choosing has the age
+// that ID says. Client.Lag (and the CLI's omnibus lag)
 // read it without joining the group (driver.GroupLagReader); a topic
 // without the group is ErrNotFound. GroupMembers counts the live
 // heartbeats in the group's members set.
@@ -305,7 +312,7 @@
 //	capability       unpartitioned (default)             partitions=N
 //	ordered lanes    no (one unordered lane, "0")        yes (lanes "0" ... "N-1", one member each)
 //	native nack      no (the engine retries in place)    no
-//	lag              depth (lag + pending, per lane)
+//	lag              depth (lag + pending, per lane), and age
 //	exclusive lanes  no                                  yes (at most N members get work)
 //	groups           yes                                 yes
 //	replay           yes (a group created at 0)          yes

@@ -1,50 +1,111 @@
 package redisbus
 
 // Lag: the member's lanes (Lag) and any group's (GroupLag,
-// GroupMembers), read with XINFO GROUPS on the caller's goroutine;
+// GroupMembers), read with XINFO GROUPS (and, for the age, TIME and
+// XPENDING or XRANGE) on the caller's goroutine;
 // sub.mu guards the lanes Lag walks.
 
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/omnibus-go/omnibus/driver"
 )
 
 // Lag implements driver.LagReader: XINFO GROUPS lag + pending of every
-// lane the member holds. A failed read, or a lag Redis cannot tell
-// (entries deleted from the middle of the stream), is Known false.
+// lane the member holds, and the age of each lane's oldest unsettled
+// entry (laneLag). A failed read, or a lag Redis cannot tell (entries
+// deleted from the middle of the stream), is Known false.
 func (s *sub) Lag(ctx context.Context) ([]driver.LaneLag, error) {
 	lanes := s.activeLanes()
 	lags := make([]driver.LaneLag, len(lanes))
 	for i, l := range lanes {
-		lags[i] = driver.LaneLag{Lane: l.id}
-		lags[i].Lag, lags[i].Known, _ = s.c.streamLag(ctx, l.stream, s.group)
+		lags[i], _ = s.c.laneLag(ctx, l.id, l.stream, s.group)
 	}
 	return lags, nil
 }
 
-// streamLag returns group's lag on stream: the entries it has not read
-// (XINFO GROUPS lag) plus those read and not acknowledged (pending).
-// found is false when the stream or the group does not exist.
-func (c *conn) streamLag(ctx context.Context, stream, group string) (lag int64, known, found bool) {
-	groups, err := c.rdb.XInfoGroups(ctx, stream).Result()
+// laneLag returns group's lag on stream: the entries it has not read
+// (XINFO GROUPS lag) plus those read and not acknowledged (pending); and
+// its age, from the oldest of those: the group's lowest pending entry
+// (XPENDING), else the first entry after its last-delivered-id. An
+// entry ID begins with the server's time of the XADD in milliseconds,
+// so the age is the server's time (TIME) minus that. With nothing
+// pending and nothing after the last-delivered-id the age is a known 0;
+// a read that fails leaves it unknown. found is false when the stream or
+// the group does not exist.
+func (c *conn) laneLag(ctx context.Context, lane, stream, group string) (l driver.LaneLag, found bool) {
+	l.Lane = lane
+	var info *redis.XInfoGroupsCmd
+	var now *redis.TimeCmd
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		info = p.XInfoGroups(ctx, stream)
+		return nil
+	})
+	groups, err := info.Result()
 	if err != nil {
-		return 0, false, false
+		return l, false
 	}
-	for _, g := range groups {
-		if g.Name == group {
-			if g.Lag < 0 {
-				return 0, false, true
-			}
-			return g.Lag + g.Pending, true, true
+	i := slices.IndexFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == group })
+	if i < 0 {
+		return l, false
+	}
+	g := groups[i]
+	if g.Lag >= 0 {
+		l.Lag, l.Known = g.Lag+g.Pending, true
+	}
+	at, err := now.Result()
+	if err != nil {
+		return l, true
+	}
+	var oldest string
+	switch {
+	case g.Pending > 0:
+		p, err := c.rdb.XPending(ctx, stream, group).Result()
+		if err != nil {
+			return l, true
+		}
+		oldest = p.Lower
+	case g.Lag == 0:
+		// Nothing pending, nothing unread.
+	default:
+		next, err := c.rdb.XRangeN(ctx, stream, "("+g.LastDeliveredID, "+", 1).Result()
+		if err != nil {
+			return l, true
+		}
+		if len(next) > 0 {
+			oldest = next[0].ID
 		}
 	}
-	return 0, false, false
+	if oldest == "" {
+		l.SetAge(at, at)
+		return l, true
+	}
+	if ms, ok := idTime(oldest); ok {
+		l.SetAge(at, ms)
+	}
+	return l, true
 }
 
-// GroupLag implements driver.GroupLagReader: lag + pending of group on
-// every lane of topic ("0" unpartitioned, a lane per partition), read
+// idTime returns the time an entry ID ("<ms>-<seq>") begins with.
+func idTime(id string) (time.Time, bool) {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n < 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(n), true
+}
+
+// GroupLag implements driver.GroupLagReader: lag + pending and age
+// (laneLag) of group on every lane of topic ("0" unpartitioned, a lane per partition), read
 // without joining the group. A topic without streams, or a group on none
 // of them, is an error wrapping ErrNotFound.
 func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.LaneLag, error) {
@@ -59,9 +120,7 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 	lags := make([]driver.LaneLag, max(parts, 1))
 	for i, stream := range streamsOf(topic, parts) {
 		var ok bool
-		lags[i].Lane = laneID(i)
-		lags[i].Lag, lags[i].Known, ok = c.streamLag(ctx, stream, group)
-		if ok {
+		if lags[i], ok = c.laneLag(ctx, laneID(i), stream, group); ok {
 			found++
 		}
 	}

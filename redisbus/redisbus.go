@@ -137,6 +137,7 @@ func atLeast(version string, major int) bool {
 func (c *conn) Capabilities() driver.Capabilities {
 	caps := driver.Capabilities{
 		Lag:             driver.LagDepth,
+		Age:             true,
 		Groups:          true,
 		Replay:          true,
 		MaxMessageBytes: c.maxBytes,

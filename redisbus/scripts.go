@@ -247,11 +247,26 @@ return redis.call('ZCOUNT', KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber
 
 // joinScript creates group ARGV[1] on stream KEYS[1] (and the stream)
 // where it does not exist: at the position recorded for it in the hash
-// KEYS[2] (field ARGV[2]), else at ARGV[3]. It returns 1 when it created
-// the group, 0 when the group existed.
+// KEYS[2] (field ARGV[2]), else at ARGV[3]. A group created at the end
+// ($) is told how many entries the stream has had (ENTRIESREAD), or
+// Redis could not count its lag (XINFO GROUPS lag nil) once entries
+// follow, until it has read them all. It returns 1 when it created the
+// group, 0 when the group existed.
 var joinScript = redis.NewScript(`
 local at = redis.call('HGET', KEYS[2], ARGV[2]) or ARGV[3]
-local r = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], at, 'MKSTREAM')
+local args = {'XGROUP', 'CREATE', KEYS[1], ARGV[1], at, 'MKSTREAM'}
+if at == '$' then
+  local ok, info = pcall(redis.call, 'XINFO', 'STREAM', KEYS[1])
+  if ok then
+    for i = 1, #info, 2 do
+      if info[i] == 'entries-added' then
+        table.insert(args, 'ENTRIESREAD')
+        table.insert(args, info[i + 1])
+      end
+    end
+  end
+end
+local r = redis.pcall(unpack(args))
 if type(r) == 'table' and r.err then
   if string.sub(r.err, 1, 9) == 'BUSYGROUP' then return 0 end
   return r

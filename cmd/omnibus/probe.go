@@ -23,8 +23,9 @@ import (
 // probeAfter is how long opening may take before the command looks.
 const probeAfter = 500 * time.Millisecond
 
-// probeWait bounds each look.
-const probeWait = 500 * time.Millisecond
+// probeWait bounds each look; the looks run at once, and the first
+// that recognises the server ends the probe.
+const probeWait = time.Second
 
 // protocol names what answers on a port.
 type protocol string
@@ -33,6 +34,8 @@ const (
 	protoNATS  protocol = "NATS"
 	protoAMQP  protocol = "AMQP 0-9-1 (RabbitMQ)"
 	protoKafka protocol = "plain Kafka"
+	protoRedis protocol = "Redis (RESP)"
+	protoNSQ   protocol = "NSQ (TCP)"
 	protoTLS   protocol = "TLS"
 )
 
@@ -48,6 +51,8 @@ var schemeSpeaks = map[string]struct {
 	"amqp":   {protoAMQP, "5672", "amqps"},
 	"amqps":  {protoTLS, "5671", "amqp"},
 	"nats":   {protoNATS, "4222", ""},
+	"redis":  {protoRedis, "6379", ""},
+	"nsq":    {protoNSQ, "4150", ""},
 }
 
 // wrongProtocol returns an error saying what answers on raw's first
@@ -63,8 +68,12 @@ func wrongProtocol(ctx context.Context, raw string) error {
 		return nil
 	}
 	q := u.Query()
-	if u.Scheme == "kafka" && (q.Get("tls") == "true" || q.Has("tls_ca")) {
+	switch {
+	case u.Scheme == "kafka" && (q.Get("tls") == "true" || q.Has("tls_ca")),
+		u.Scheme == "redis" && (q.Get("tls") == "true" || q.Has("tls_ca")):
 		want.proto = protoTLS
+	case u.Scheme == "nsq" && (q.Get("lookup") == "true" || q.Get("tls") == "true" || q.Has("tls_ca")):
+		return nil // nsqlookupd's HTTP API, or TLS negotiated inside NSQ's protocol
 	}
 	host, _, _ := strings.Cut(u.Host, ",")
 	if _, _, err := net.SplitHostPort(host); err != nil {
@@ -77,7 +86,7 @@ func wrongProtocol(ctx context.Context, raw string) error {
 	if got == "" || got == want.proto {
 		return nil
 	}
-	hint := "is the port right? NATS listens on 4222, RabbitMQ on 5672, Kafka on 9092"
+	hint := "is the port right? NATS listens on 4222, RabbitMQ on 5672, Kafka on 9092, Redis on 6379, NSQ on 4150"
 	switch {
 	case want.proto == protoTLS && got == schemeSpeaks[want.switchTo].proto, got == protoTLS && want.switchTo != "":
 		hint = "use " + want.switchTo + "://"
@@ -87,7 +96,10 @@ func wrongProtocol(ctx context.Context, raw string) error {
 
 // probe looks at what answers on addr: a greeting it sends unasked
 // (NATS), or an answer to a Kafka ApiVersions request, an AMQP protocol
-// header or a TLS ClientHello, in that order; "" when nothing answers.
+// header, a Redis PING, an NSQ IDENTIFY or a TLS ClientHello, each on a
+// connection of its own, all at once (so the probe takes probeWait at
+// most), and names the first that recognises the server; "" when
+// nothing answers.
 func probe(ctx context.Context, addr string) protocol {
 	look := func(fn func(net.Conn) protocol) protocol {
 		d := net.Dialer{Timeout: probeWait}
@@ -107,7 +119,7 @@ func probe(ctx context.Context, addr string) protocol {
 			case bytes.HasPrefix(b[:n], []byte("INFO ")):
 				return protoNATS
 			case n > 0:
-				return protocol(fmt.Sprintf("a protocol that greets with %q", b[:min(n, 16)]))
+				return protocol(fmt.Sprintf("%s%q", greets, b[:min(n, 16)]))
 			}
 			return ""
 		},
@@ -138,6 +150,38 @@ func probe(ctx context.Context, addr string) protocol {
 			}
 			return ""
 		},
+		func(c net.Conn) protocol { // a Redis inline PING: +PONG, or an error (-NOAUTH ...) in RESP
+			if _, err := c.Write([]byte("PING\r\n")); err != nil {
+				return ""
+			}
+			b := make([]byte, 64)
+			n, _ := io.ReadAtLeast(c, b, 7)
+			line, _, ok := bytes.Cut(b[:n], []byte("\r\n"))
+			if ok && (bytes.Equal(line, []byte("+PONG")) || bytes.HasPrefix(line, []byte("-NOAUTH ")) || bytes.HasPrefix(line, []byte("-WRONGPASS ")) ||
+				bytes.HasPrefix(line, []byte("-NOPERM ")) || bytes.HasPrefix(line, []byte("-DENIED "))) {
+				return protoRedis
+			}
+			return ""
+		},
+		func(c net.Conn) protocol { // NSQ's magic and an empty IDENTIFY: nsqd answers with a frame (OK)
+			req := []byte("  V2IDENTIFY\n\x00\x00\x00\x02{}")
+			if _, err := c.Write(req); err != nil {
+				return ""
+			}
+			head := make([]byte, 8) // size, frame type (0 response, 1 error)
+			if _, err := io.ReadFull(c, head); err != nil {
+				return ""
+			}
+			size, kind := binary.BigEndian.Uint32(head), binary.BigEndian.Uint32(head[4:])
+			if size < 6 || size > 1<<16 || kind > 1 {
+				return ""
+			}
+			data := make([]byte, 2)
+			if _, err := io.ReadFull(c, data); err == nil && (string(data) == "OK" || string(data) == "E_" || data[0] == '{') {
+				return protoNSQ
+			}
+			return ""
+		},
 		func(c net.Conn) protocol { // a TLS handshake
 			tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true}) // only to see that TLS answers; nothing is sent over it
 			if err := tc.HandshakeContext(ctx); err == nil {
@@ -146,10 +190,24 @@ func probe(ctx context.Context, addr string) protocol {
 			return ""
 		},
 	}
+	// Every look but an unknown greeting names one protocol, which no
+	// other look mistakes for its own: the first of those is the answer.
+	found := make(chan protocol, len(looks))
 	for _, fn := range looks {
-		if p := look(fn); p != "" {
+		go func() { found <- look(fn) }() // ends within probeWait (the dial's and the connection's deadline)
+	}
+	var greeting protocol
+	for range looks {
+		switch p := <-found; {
+		case strings.HasPrefix(string(p), greets):
+			greeting = p
+		case p != "":
 			return p
 		}
 	}
-	return ""
+	return greeting
 }
+
+// greets starts the name of a protocol the probe does not know, which
+// sent a greeting.
+const greets = "a protocol that greets with "

@@ -136,6 +136,14 @@ func onEveryTransport(partitions int) []serverTopic {
 		}},
 		{"rabbitmq", func(t testing.TB) (string, string) { u, topic, _ := rabbitTopic(t); return u, topic }},
 		{"nsq", nsqTopic},
+		{"redis", func(t testing.TB) (string, string) {
+			topic := "omnibus-cli-" + shortID()
+			return redisURL(t, "?claim_idle=1s", topic), topic
+		}},
+		{"redis partitioned", func(t testing.TB) (string, string) {
+			topic := "omnibus-cli-" + shortID()
+			return redisURL(t, "?partitions="+strconv.Itoa(partitions)+"&lease_ttl=2s&rebalance_interval=100ms", topic), topic
+		}},
 	}
 }
 
