@@ -218,7 +218,7 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	if d.Attempt > 1 {
 		e.base = d.Attempt - 1
 	}
-	e.begun = d.Attempt > 0
+	e.begun = d.Attempt == 1 // a keeper recorded a claim it counts as 1 (see driver.AttemptKeeper)
 	if e.suspect = guarded || d.Redelivered || d.Attempt > 1; e.suspect {
 		m.suspects++ // judged when its turn comes
 	}

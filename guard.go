@@ -83,7 +83,9 @@ func (l *lane) guardSlotLocked() *slot {
 // stop.
 func (m *member) begin(e *entry) {
 	l := e.lane
-	if err := m.flush(l.ctx, []*lane{l}); err != nil {
+	// Every lane: a crash now must leave unsettled only e and what it
+	// holds back, not what other lanes' suspects settled before it.
+	if err := m.flush(l.ctx, nil); err != nil {
 		m.k.logger.Warn("settling before a suspect failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
 		return
 	}

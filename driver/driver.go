@@ -358,14 +358,18 @@ type Committer interface {
 // crashes its process each time is dead-lettered after MaxAttempts
 // processes instead of never.
 //
-// The driver records a claim itself: the first delivery of a claimed lane
+// The driver reads a claim itself: the first delivery of a claimed lane
 // at its committed position gets Attempt = the holders that began it
-// before, plus one (this one, recorded before Receive returns it). Other
-// deliveries have Attempt 0. When a delivery's Attempt is above 1, the
-// engine guards the lane for a while: it hands out the lane's messages
-// one at a time, commits the lane up to each before it runs, and calls
-// Begin for each, so that a process that dies leaves the committed
-// position on the message that killed it, with its count.
+// before, plus one. When none did, the driver records this holder's
+// claim before Receive returns it, and the Attempt is 1. When some did,
+// it records nothing: the delivery is a suspect, and the engine calls
+// Begin when it is about to run it, so a holder that dies before it ran
+// the message (running another suspect) does not count against it.
+// Other deliveries have Attempt 0. When a delivery's Attempt is above 1,
+// the engine guards the lane for a while: it hands out the lane's
+// messages one at a time, commits the lane up to each before it runs,
+// and calls Begin for each, so that a process that dies leaves the
+// committed position on the message that killed it, with its count.
 type AttemptKeeper interface {
 	// Begin records that d, the lane's committed position (every earlier
 	// delivery of the lane is settled and committed), is about to be

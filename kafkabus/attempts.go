@@ -80,10 +80,10 @@ func (s *sub) noteHeads(committed kadm.OffsetResponses, ps []int32) {
 	}
 }
 
-// claim records this member's claim of d's record when d is the first
-// delivery of its partition at the committed offset, and gives d its
-// Attempt: the holders that began it, this one included. Other
-// deliveries are left alone. A failed record leaves d uncounted (Attempt
+// claim gives d its Attempt when d is the first delivery of its
+// partition at the committed offset: the holders that began it, plus
+// this one. It records this member's claim only when none did (Begin
+// records a suspect's when it runs). Other deliveries are left alone. A failed record leaves d uncounted (Attempt
 // 0): the count is a safeguard, not a reason to stop.
 func (s *sub) claim(ctx context.Context, d *driver.Delivery) {
 	pos := d.Token.(*position)
@@ -100,8 +100,12 @@ func (s *sub) claim(ctx context.Context, d *driver.Delivery) {
 	case h.offset < 0: // no commit: the group starts here
 	case pos.offset != h.offset:
 		return // the committed offset was out of range: nothing began here
+	case h.begun > 0:
+		// Begun before: a suspect, recorded by Begin when it runs.
+		d.Attempt = h.begun + 1
+		return
 	}
-	n, err := s.record(ctx, *pos, h.begun+1)
+	n, err := s.record(ctx, *pos, 1)
 	if err != nil {
 		s.conn.log.Warn("recording a partition claim's first record failed; it runs uncounted", "topic", s.topic, "partition", pos.partition, "err", err)
 		return

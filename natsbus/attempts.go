@@ -38,7 +38,9 @@ func (k keeping) Begin(ctx context.Context, d *driver.Delivery) (int, error) {
 }
 
 // claim gives the first delivery of a lane this member claimed its
-// Attempt: the holders that began it, this one included. It is the
+// Attempt: the holders that began it, plus this one; it records this
+// one's claim only when none did (Begin records a suspect's when it
+// runs). It is the
 // lane's first unsettled message: the consumer starts after its ack
 // floor (claimAt), and the sequences between belong to other partitions
 // or were settled. Other deliveries of a partition keep Attempt 0. A
@@ -49,12 +51,41 @@ func (s *sub) claim(ctx context.Context, h *held) {
 	if at == 0 || h.seq < at || !h.r.claimAt.CompareAndSwap(at, 0) {
 		return
 	}
+	if k, err := s.begunBy(ctx, h); err == nil && k > 0 {
+		h.d.Attempt = k + 1 // a suspect: Begin records it when it runs
+		return
+	}
 	n, err := s.begin(ctx, h)
 	if err != nil {
 		s.c.log.Warn("recording a partition claim's first message failed; it runs uncounted", "topic", s.topic, "lane", h.r.lane, "err", err)
 		return
 	}
 	h.d.Attempt = n
+}
+
+// begunBy returns how many holders began h's message, as recorded.
+func (s *sub) begunBy(ctx context.Context, h *held) (int, error) {
+	if s.pos == nil {
+		return 0, nil
+	}
+	rec, _, err := s.readBegun(ctx, h)
+	return rec.Holders, err
+}
+
+// readBegun reads h's lane's record and its revision (0: none), a
+// record of another message or stream read as none.
+func (s *sub) readBegun(ctx context.Context, h *held) (rec begun, rev uint64, err error) {
+	e, err := s.pos.kv.Get(ctx, begunKey(h.r.lane))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return begun{}, 0, nil
+	case err != nil:
+		return begun{}, 0, fmt.Errorf("natsbus: begin %q lane %s: %w", s.topic, h.r.lane, classify(err))
+	}
+	if json.Unmarshal(e.Value(), &rec) != nil || !rec.StreamCreated.Equal(s.pos.created) || rec.Seq != h.seq || rec.Holders < 0 {
+		rec = begun{}
+	}
+	return rec, e.Revision(), nil
 }
 
 // begun is a lane's record of the holders that began its message at Seq
@@ -78,17 +109,9 @@ func (s *sub) begin(ctx context.Context, h *held) (int, error) {
 		if !h.r.valid(time.Now()) {
 			return 0, fmt.Errorf("natsbus: begin %q lane %s: the lease ran out: %w", s.topic, h.r.lane, driver.ErrRetryable)
 		}
-		var rec begun
-		var rev uint64
-		e, err := kv.Get(ctx, key)
-		switch {
-		case err == nil:
-			rev = e.Revision()
-			if json.Unmarshal(e.Value(), &rec) != nil || !rec.StreamCreated.Equal(s.pos.created) || rec.Seq != h.seq || rec.Holders < 0 {
-				rec = begun{}
-			}
-		case !errors.Is(err, jetstream.ErrKeyNotFound):
-			return 0, fmt.Errorf("natsbus: begin %q lane %s: %w", s.topic, h.r.lane, classify(err))
+		rec, rev, err := s.readBegun(ctx, h)
+		if err != nil {
+			return 0, err
 		}
 		rec = begun{Seq: h.seq, Holders: rec.Holders + 1, StreamCreated: s.pos.created}
 		b, _ := json.Marshal(rec) // numbers and a time

@@ -73,5 +73,7 @@ func TestAgeUnknownWhereUncertain(t *testing.T) {
 	transporttest.Eventually(t, 30*time.Second, func() bool {
 		l := lag(outside)
 		return l.Known && l.Lag == 0 && l.AgeKnown && l.Age == 0
-	}, func() string { return fmt.Sprintf("every message handled: %+v, want lag 0 and a known age 0", lag(outside)) })
+	}, func() string {
+		return fmt.Sprintf("every message handled: %+v, want lag 0 and a known age 0", lag(outside))
+	})
 }
