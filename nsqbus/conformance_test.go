@@ -72,7 +72,7 @@ func TestFaults(t *testing.T) {
 			}
 		})
 		h.URL = u
-		h.PoisonGap = poisonGap
+		h.Gaps = map[string]string{"PoisonCrashesItsProcess": poisonGap}
 		return h
 	})
 }

@@ -57,7 +57,7 @@ func faultHarness(params string) func(t *testing.T) transporttest.Harness {
 			gap = "a partition's messages held behind the poisoned one (in another lane, in the member's order of suspects) are redelivered with their delivery count raised at each crash without having run; one that reaches MaxAttempts first is dead-lettered, and the poisoned one then runs again"
 		}
 		return transporttest.Harness{
-			PoisonGap: gap,
+			Gaps: map[string]string{"PoisonCrashesItsProcess": gap},
 			Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
 				c, err := omnibus.Open(ctx, url)
 				if err != nil {

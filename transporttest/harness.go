@@ -28,11 +28,13 @@ type Harness struct {
 	// tests are skipped, naming it.
 	URL string
 
-	// PoisonGap, when set, says why the transport cannot yet dead-letter
-	// a message that crashes its holders after MaxAttempts of them, and
-	// only it; the fault suite's PoisonCrashesItsProcess is skipped,
-	// naming it. It is a known defect, said where it is.
-	PoisonGap string
+	// Gaps names the fault tests (RunFaults: "ConsumerKilled",
+	// "ServerRestart", "RebalanceStorm", "PoisonCrashesItsProcess") the
+	// transport cannot pass yet, each with the known defect that fails
+	// it; those tests are skipped, naming it. A defect is said where it
+	// is: in the harness, the package documentation and
+	// docs/RELIABILITY.md.
+	Gaps map[string]string
 
 	// Lanes is the number of lanes the suite asks for when it creates a
 	// topic (Client.CreateTopic). Default: 4. Transports whose lane count

@@ -23,9 +23,6 @@ import (
 // driver's record, may miss the first crash and the one it lands on);
 // the other 39 messages are all handled, none dead-lettered with it.
 func (s *faultSuite) testPoisonCrashes(t *testing.T) {
-	if s.h.PoisonGap != "" {
-		t.Skip("SKIP (harness PoisonGap, a known defect): " + s.h.PoisonGap)
-	}
 	s.needURL(t)
 	const maxAttempts = 3
 	pub, _ := s.publisher(t)
