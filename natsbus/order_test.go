@@ -28,6 +28,9 @@ func TestPublishOrderAcrossRestart(t *testing.T) {
 		t.Skip("SKIP (-short): restart test")
 	}
 	srv := startPrivateServer(t)
+	// A small publish window makes each call wait for acks while it
+	// sends, so the restarts fall inside calls: a call sends part of its
+	// batch on the old connection and the rest after the drop.
 	pub := open(t, srv.url()+"?reconnect_wait=50ms&publish_window=10")
 	const (
 		topic    = "order-restart"
