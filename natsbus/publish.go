@@ -333,8 +333,8 @@ func (c *conn) publishAcked(ctx context.Context, topic string, msgs []*driver.Me
 			paf jetstream.PubAckFuture
 			err error
 		)
-		if !c.nc.IsConnected() {
-			err = fmt.Errorf("the connection is away (%s): %w", c.nc.Status(), nats.ErrConnectionReconnecting)
+		if c.nc.IsReconnecting() {
+			err = fmt.Errorf("not sent, the connection is away: %w", nats.ErrConnectionReconnecting)
 		} else {
 			// Nats-Msg-Id is in the headers.
 			paf, err = c.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
