@@ -158,10 +158,9 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	c.publishAcked(ctx, topic, msgs, nm, errs)
 	// A stream deleted under a cached reference: create it again and
 	// publish what found no stream once more (the message IDs make this
-	// safe).
-	// A message held back behind one published again here goes along,
-	// in order; a key that failed otherwise keeps its failures, for the
-	// ride-through to publish in order.
+	// safe). A message held back behind one published again here goes
+	// along, in order; a key with a message that failed otherwise keeps
+	// its failures, for the ride-through to publish in order.
 	var again []int
 	stopped := map[string]bool{}
 	for i, err := range errs {
