@@ -361,17 +361,35 @@
 // besides the engine's, and a partitioned one (N+1) × MaxInFlight + 64
 // when it reads N partitions.
 //
-// The connection reconnects forever by default; publishes and acks made
-// while it is away are buffered (up to 64 MiB) and sent on reconnect, and
-// consumers resume, so a server restart loses nothing. A publish ack
-// lost with the connection (nats.go fails pending acks on reconnect) or
-// not received in time is marked driver.ErrOutcomeUnknown; no responders,
-// a reconnect buffer that is full or too many acks outstanding are
-// marked driver.ErrRetryable; omnibus.Publish publishes those messages
-// again with the same IDs until its context ends. Each message carries
-// its ID as Nats-Msg-Id, so the stream drops a copy that arrives within
-// its duplicate window (dupe_window, 2 minutes by default): a publish
-// tried again within the window is stored once.
+// The connection reconnects forever by default, and consumers resume, so
+// a server restart loses nothing. It has no reconnect buffer: a publish
+// (or an ack) made while it is away fails at once, marked
+// driver.ErrRetryable (nothing was sent), instead of being kept and sent
+// on reconnect behind the caller's back. A publish ack lost with the
+// connection (nats.go fails pending acks when it drops) or not received
+// in time is marked driver.ErrOutcomeUnknown; no responders (a stream
+// not back yet after a restart) and too many acks outstanding are marked
+// driver.ErrRetryable; omnibus.Publish publishes those messages again
+// with the same IDs, in the order given, until its context ends. Each
+// message carries its ID as Nats-Msg-Id, so the stream drops a copy that
+// arrives within its duplicate window (dupe_window, 2 minutes by
+// default): a publish tried again within the window is stored once.
+//
+// Key order across a disconnect. Within one Publish call, once a message
+// of a key fails in a way that is tried again, the later messages of that
+// key in the call are not sent: they fail driver.ErrRetryable, and the
+// ride-through publishes them after it, in order. Before sending on a
+// connection other than the one its pending publishes went out on, a
+// call waits for their outcome, so a message lost with the old
+// connection holds back the rest of its key before any of it reaches the
+// new one. Calls one after the other (a Publisher's batches of a key)
+// are in order anyway. So the stream never stores a key's message after
+// a later one of the same key from the same publisher (tested by
+// restarting a server under concurrent publishes of several keys). One
+// window is left: a reconnect that completes between the moment a call
+// looks at the connection and the moment it sends (microseconds) lets a
+// message go out on the new connection unchecked. Messages without a key
+// have no order to keep.
 //
 // Publishing waits for JetStream's publish acks asynchronously, up to
 // publish_window messages per client at once; a batch reports failures

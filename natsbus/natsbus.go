@@ -104,7 +104,10 @@ func open(ctx context.Context, cfg *config, log *slog.Logger, d Driver) (*conn, 
 		nats.Name(cfg.name),
 		nats.MaxReconnects(cfg.maxReconnects),
 		nats.ReconnectWait(cfg.reconnectWait),
-		nats.ReconnectBufSize(64 << 20),
+		// No reconnect buffer: a publish while the connection is away
+		// fails at once (ErrRetryable) and is published again in order,
+		// never sent later behind messages published after it.
+		nats.ReconnectBufSize(-1),
 		// nats.go reports what happens to the connection only through
 		// these handlers: hand them to the client's logger.
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {

@@ -158,11 +158,20 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	c.publishAcked(ctx, topic, msgs, nm, errs)
 	// A stream deleted under a cached reference: create it again and
 	// publish what found no stream once more (the message IDs make this
-	// safe).
+	// safe). A message held back behind one published again here goes
+	// along, in order; a key with a message that failed otherwise keeps
+	// its failures, for the ride-through to publish in order.
 	var again []int
+	stopped := map[string]bool{}
 	for i, err := range errs {
-		if err != nil && (errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)) {
+		k := msgs[i].Key
+		switch {
+		case err == nil:
+		case k != "" && stopped[k]:
+		case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, errHeldBack):
 			again = append(again, i)
+		case k != "":
+			stopped[k] = true
 		}
 	}
 	if len(again) > 0 && ctx.Err() == nil {
@@ -193,18 +202,45 @@ func batchResult(errs []error) error {
 }
 
 type pending struct {
-	i   int
-	paf jetstream.PubAckFuture
+	i     int
+	paf   jetstream.PubAckFuture
+	epoch uint64 // the connection's reconnect count before it was sent
 }
+
+// errHeldBack marks a message not sent because an earlier message of its
+// key in the same call failed in a way that is tried again: sending it
+// could store it before that one.
+var errHeldBack = errors.New("not sent: an earlier message of its key failed first")
 
 // publishAcked publishes the messages whose errs entry is nil
 // asynchronously and waits for their acks, holding at most the
 // connection's window of unacknowledged messages.
+//
+// Key order. The messages of a key are sent in the order given, and once
+// one of them fails in a way omnibus tries again (ErrRetryable,
+// ErrOutcomeUnknown), the later ones of its key are not sent: they fail
+// ErrRetryable (errHeldBack), so the ride-through publishes them again
+// after it, in order. On one connection the server stores what it takes
+// in the order sent, so what was sent before the failure was known
+// either landed in order or failed too. A reconnect ends that: before
+// sending on a connection other than the one its pending messages went
+// out on, publishAcked waits for all of them (nats.go fails those the
+// old connection took with it), so a key whose message was lost is held
+// back before anything of it goes out on the new connection. The
+// connection has no reconnect buffer (see open), so nothing published
+// while it is away is sent later behind the call's back, and nats.go's
+// own asynchronous retry of a publish that found no stream (which would
+// send it after later messages) is off.
 func (c *conn) publishAcked(ctx context.Context, topic string, msgs []*driver.Message, nm []*nats.Msg, errs []error) {
 	var waiting []pending
+	held := map[string]bool{} // keys with a message that failed republishably
 	fail := func(i int, err error) {
 		errs[i] = fmt.Errorf("natsbus: publish %q: message %q: %w", topic, msgs[i].ID, classify(err))
+		if k := msgs[i].Key; k != "" && (errors.Is(errs[i], driver.ErrRetryable) || errors.Is(errs[i], driver.ErrOutcomeUnknown)) {
+			held[k] = true
+		}
 	}
+	epoch := func() uint64 { return c.nc.Stats().Reconnects }
 	// wait settles the oldest pending publish; false when ctx ended.
 	wait := func() bool {
 		p := waiting[0]
@@ -243,8 +279,15 @@ func (c *conn) publishAcked(ctx context.Context, topic string, msgs []*driver.Me
 			}()
 		}
 	}
+	holdBack := func(i int) bool {
+		if k := msgs[i].Key; k != "" && held[k] {
+			errs[i] = fmt.Errorf("natsbus: publish %q: message %q: %w: %w", topic, msgs[i].ID, errHeldBack, driver.ErrRetryable)
+			return true
+		}
+		return false
+	}
 	for i, m := range nm {
-		if errs[i] != nil {
+		if errs[i] != nil || holdBack(i) {
 			continue
 		}
 		for acquired := false; !acquired; {
@@ -269,13 +312,38 @@ func (c *conn) publishAcked(ctx context.Context, topic string, msgs []*driver.Me
 				return
 			}
 		}
-		paf, err := c.js.PublishMsgAsync(m) // Nats-Msg-Id is in the headers
+		e := epoch()
+		if len(waiting) > 0 && waiting[0].epoch != e {
+			// The connection changed under pending messages: learn
+			// which of them it took along before sending more.
+			for len(waiting) > 0 {
+				if !wait() {
+					<-c.sem
+					abandon(i)
+					return
+				}
+			}
+		}
+		if holdBack(i) {
+			<-c.sem
+			continue
+		}
+		var (
+			paf jetstream.PubAckFuture
+			err error
+		)
+		if c.nc.IsReconnecting() {
+			err = fmt.Errorf("not sent, the connection is away: %w", nats.ErrConnectionReconnecting)
+		} else {
+			// Nats-Msg-Id is in the headers.
+			paf, err = c.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
+		}
 		if err != nil {
 			<-c.sem
 			fail(i, err)
 			continue
 		}
-		waiting = append(waiting, pending{i, paf})
+		waiting = append(waiting, pending{i, paf, e})
 	}
 	for len(waiting) > 0 {
 		if !wait() {

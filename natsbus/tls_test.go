@@ -3,10 +3,12 @@ package natsbus_test
 import (
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -200,3 +202,70 @@ func TestTypedConfiguration(t *testing.T) {
 		}
 	})
 }
+
+// authToken is the token of TestTokenAuth: long and odd enough that it
+// appears in an error or a log line only if they show it.
+const authToken = "Tk-9f41/nats@token-secret"
+
+// TestTokenAuth: on a server of the test's own that wants a token, the
+// URL's token (user info without a password) gets in and works end to
+// end; a wrong token and no token are refused at Open within
+// authtest.Bound, saying the token was refused, with neither the token
+// given nor the server's in the error or in anything the client logged.
+func TestTokenAuth(t *testing.T) {
+	s, err := server.NewServer(&server.Options{
+		Host:          "127.0.0.1",
+		Port:          server.RANDOM_PORT,
+		JetStream:     true,
+		StoreDir:      t.TempDir(),
+		NoLog:         true,
+		NoSigs:        true,
+		Authorization: authToken,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("the NATS server did not start")
+	}
+	addr := s.Addr().String()
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	withLog := omnibus.WithLogger(logger)
+	u := func(token string) string {
+		if token == "" {
+			return "nats://" + addr + "?connect_timeout=10s"
+		}
+		return "nats://" + url.User(token).String() + "@" + addr + "?connect_timeout=10s"
+	}
+
+	t.Run("right token", func(t *testing.T) { authtest.Works(t, u(authToken), withLog) })
+	wrong := "wrong-" + authToken
+	t.Run("wrong token", func(t *testing.T) {
+		err := authtest.Refused(t, u(wrong), wrong, []string{"refused the token", "authorization violation"}, withLog)
+		if strings.Contains(err.Error(), authToken) {
+			t.Errorf("error shows the server's token: %v", err)
+		}
+	})
+	t.Run("no token", func(t *testing.T) {
+		authtest.Refused(t, u(""), authToken, []string{"refused the client (no credentials in the URL)"}, withLog)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, secret := range []string{authToken, url.User(authToken).String(), wrong, url.User(wrong).String()} {
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the client's log shows the token:\n%s", logs.String())
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

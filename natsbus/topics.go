@@ -51,6 +51,12 @@ func (c *conn) CreateTopic(ctx context.Context, topic string, lanes int) error {
 	return nil
 }
 
+// streamTimeout bounds each look-up or creation of a stream: a request
+// whose connection drops under it gets no answer, and without a bound it
+// would wait for as long as ctx lasts. A request that runs out fails
+// ErrOutcomeUnknown, which omnibus.Publish rides through.
+const streamTimeout = 5 * time.Second
+
 // stream returns the stream of topic, creating it with parts partitions
 // (or the URL's default when 0) when it does not exist.
 func (c *conn) stream(ctx context.Context, topic string, parts int) (*streamRef, error) {
@@ -60,6 +66,8 @@ func (c *conn) stream(ctx context.Context, topic string, parts int) (*streamRef,
 	if ref != nil {
 		return ref, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, streamTimeout)
+	defer cancel()
 	if parts == 0 {
 		parts = c.cfg.partitions
 	}
