@@ -2,10 +2,8 @@ package kafkabus_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/internal/benchkit"
 	"github.com/omnibus-go/omnibus/kafkabus"
 )
 
@@ -75,23 +74,6 @@ var benchSizes = []struct {
 }{{"100B", 100}, {"1KiB", 1024}}
 
 const benchBatch = 100
-
-// benchSide is one side of a comparison: omnibus, raw, or a variant.
-type benchSide struct {
-	name string
-	run  func(b *testing.B)
-}
-
-// runSides runs the sides as sub-benchmarks <side>/<size>, in the order
-// given, or reversed when OMNIBUS_BENCH_RAW_FIRST is set.
-func runSides(b *testing.B, size string, sides ...benchSide) {
-	if os.Getenv("OMNIBUS_BENCH_RAW_FIRST") != "" {
-		slices.Reverse(sides)
-	}
-	for _, s := range sides {
-		b.Run(s.name+"/"+size, s.run)
-	}
-}
 
 // rawRecords builds what omnibus puts on the wire for n messages.
 func rawRecords(topic string, n int, body []byte, seq *int) []*kgo.Record {
@@ -166,7 +148,7 @@ func BenchmarkPublish(b *testing.B) {
 	rates := map[string]float64{}
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
-		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
 			topic := benchTopic(b, c)
 			seq := 0
@@ -179,7 +161,7 @@ func BenchmarkPublish(b *testing.B) {
 			}
 			b.StopTimer()
 			reportRate(b, b.N, rates, "omnibus/"+s.name)
-		}}, benchSide{"raw", func(b *testing.B) {
+		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
 			topic := benchTopic(b, c)
 			cl := rawProducer(b, cluster)
@@ -206,7 +188,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 	rates := map[string]float64{}
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
-		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
 			topic := benchTopic(b, c)
 			p, err := c.Publisher()
@@ -234,7 +216,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 				}
 			}
 			reportRate(b, b.N, rates, "omnibus/"+s.name)
-		}}, benchSide{"raw", func(b *testing.B) {
+		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
 			topic := benchTopic(b, c)
 			cl := rawProducer(b, cluster)
@@ -298,7 +280,7 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 	cluster := benchKafka(b)
 	s := benchSizes[0]
 	body := make([]byte, s.size)
-	runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+	benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 		c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
 		topic := benchTopic(b, c)
 		seq := 0
@@ -309,7 +291,7 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 		})
 		b.StopTimer()
 		reportRate(b, b.N, nil, "")
-	}}, benchSide{"raw", func(b *testing.B) {
+	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		c := open(b, "kafka://"+cluster.ListenAddrs()[0])
 		topic := benchTopic(b, c)
 		cl := rawProducer(b, cluster)
@@ -364,7 +346,7 @@ func BenchmarkConsume(b *testing.B) {
 	rates := map[string]float64{}
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
-		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
 			topic := fill(b, cluster, c, b.N, body)
 			var got atomic.Int64
@@ -381,7 +363,7 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			runUntil(b, k, done)
 			reportRate(b, b.N, rates, "omnibus/"+s.name)
-		}}, benchSide{"omnibus-batch", func(b *testing.B) {
+		}}, benchkit.Side{Name: "omnibus-batch", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
 			topic := fill(b, cluster, c, b.N, body)
 			var got atomic.Int64
@@ -398,7 +380,7 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			runUntil(b, k, done)
 			reportRate(b, b.N, rates, "omnibus-batch/"+s.name)
-		}}, benchSide{"driver", func(b *testing.B) {
+		}}, benchkit.Side{Name: "driver", Run: func(b *testing.B) {
 			// The kafkabus Subscriber without the engine: Receive, then
 			// Commit the last delivery of each lane, as the engine would.
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
@@ -429,7 +411,7 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			b.StopTimer()
 			reportRate(b, b.N, rates, "driver/"+s.name)
-		}}, benchSide{"raw", func(b *testing.B) {
+		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
 			topic := fill(b, cluster, c, b.N, body)
 			// Timed from the client's start, joining the group included,
@@ -464,7 +446,7 @@ func BenchmarkConsume(b *testing.B) {
 // would put 5-10ms on raw's side).
 func BenchmarkLatency(b *testing.B) {
 	cluster := benchKafka(b)
-	runSides(b, "100B", benchSide{"omnibus", func(b *testing.B) {
+	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 		c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
 		topic := benchTopic(b, c)
 		p, err := c.Publisher()
@@ -472,9 +454,9 @@ func BenchmarkLatency(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer p.Close(context.Background())
-		r := newLatencyRecorder()
+		r := benchkit.NewRecorder()
 		k, err := c.Subscribe(context.Background(), topic, func(_ context.Context, m *omnibus.Message) error {
-			r.received(m.Body)
+			r.Received(m.Body)
 			return nil
 		}, omnibus.StartFrom(omnibus.StartEarliest), omnibus.Group("bench-"+topic))
 		if err != nil {
@@ -490,12 +472,12 @@ func BenchmarkLatency(b *testing.B) {
 			}
 		}()
 		seq := 0
-		measureLatency(b, r, func(body []byte) error {
+		benchkit.MeasureLatency(b, r, func(body []byte) error {
 			seq++
 			_, err := p.Publish(context.Background(), topic, &omnibus.Message{Key: "key-" + strconv.Itoa(seq%64), Type: "bench.event", Body: body})
 			return err
 		})
-	}}, benchSide{"raw", func(b *testing.B) {
+	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		c := open(b, "kafka://"+cluster.ListenAddrs()[0])
 		topic := benchTopic(b, c)
 		pr := rawProducer(b, cluster, kgo.ProducerLinger(0))
@@ -505,13 +487,13 @@ func BenchmarkLatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := newLatencyRecorder()
+		r := benchkit.NewRecorder()
 		ctx, cancel := context.WithCancel(context.Background())
 		polled := make(chan struct{})
 		go func() {
 			defer close(polled)
 			for ctx.Err() == nil {
-				cl.PollFetches(ctx).EachRecord(func(rec *kgo.Record) { r.received(rec.Value) })
+				cl.PollFetches(ctx).EachRecord(func(rec *kgo.Record) { r.Received(rec.Value) })
 			}
 		}()
 		defer func() {
@@ -521,7 +503,7 @@ func BenchmarkLatency(b *testing.B) {
 		}()
 		var failed atomic.Int64
 		seq := 0
-		measureLatency(b, r, func(body []byte) error {
+		benchkit.MeasureLatency(b, r, func(body []byte) error {
 			rec := rawRecords(topic, 1, body, &seq)[0]
 			pr.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
 				if err != nil {
@@ -534,98 +516,6 @@ func BenchmarkLatency(b *testing.B) {
 			b.Fatalf("%d failed", n)
 		}
 	}})
-}
-
-// latencyRecorder collects publish→handler latencies. A message's body
-// carries its publish time (Unix nanoseconds) and a warm-up flag.
-type latencyRecorder struct {
-	warm     chan struct{} // closed when a warm-up message arrives
-	warmOnce sync.Once
-	mu       sync.Mutex
-	lat      []time.Duration
-}
-
-func newLatencyRecorder() *latencyRecorder { return &latencyRecorder{warm: make(chan struct{})} }
-
-// latencyMessage is a 100-byte body stamped with the time now.
-func latencyMessage(warm bool) []byte {
-	body := make([]byte, 100)
-	binary.BigEndian.PutUint64(body, uint64(time.Now().UnixNano()))
-	if warm {
-		body[8] = 1
-	}
-	return body
-}
-
-// received records the latency of a body a consumer got.
-func (r *latencyRecorder) received(body []byte) {
-	if len(body) < 9 {
-		return
-	}
-	d := time.Duration(time.Now().UnixNano() - int64(binary.BigEndian.Uint64(body)))
-	if body[8] == 1 {
-		r.warmOnce.Do(func() { close(r.warm) })
-		return
-	}
-	r.mu.Lock()
-	r.lat = append(r.lat, d)
-	r.mu.Unlock()
-}
-
-func (r *latencyRecorder) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.lat)
-}
-
-// measureLatency sends warm-up messages until one arrives (the consumer
-// is then in place), then one message per b.Loop iteration at a paced
-// 1,000 msgs/s; it waits for them all and reports the p50, p99 and
-// largest latency in milliseconds.
-func measureLatency(b *testing.B, r *latencyRecorder, send func(body []byte) error) {
-	b.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for ready := false; !ready; {
-		if err := send(latencyMessage(true)); err != nil {
-			b.Fatal(err)
-		}
-		select {
-		case <-r.warm:
-			ready = true
-		case <-time.After(100 * time.Millisecond):
-			if time.Now().After(deadline) {
-				b.Fatal("no warm-up message arrived within a minute")
-			}
-		}
-	}
-	sent := 0
-	var start time.Time
-	for b.Loop() {
-		if sent == 0 {
-			start = time.Now()
-		}
-		if d := time.Until(start.Add(time.Duration(sent) * time.Millisecond)); d > 0 {
-			time.Sleep(d)
-		}
-		if err := send(latencyMessage(false)); err != nil {
-			b.Fatal(err)
-		}
-		sent++
-	}
-	for deadline := time.Now().Add(time.Minute); r.count() < sent; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d messages arrived within a minute", r.count(), sent)
-		}
-	}
-	r.mu.Lock()
-	lat := slices.Clone(r.lat)
-	r.mu.Unlock()
-	slices.Sort(lat)
-	at := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / float64(time.Millisecond) }
-	b.ReportMetric(at(0.5), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
-	b.ReportMetric(at(1), "max-ms")
-	b.ReportMetric(0, "ns/op")
 }
 
 var _ = kafkabus.Scheme

@@ -2,10 +2,7 @@ package natsbus_test
 
 import (
 	"context"
-	"encoding/binary"
-	"os"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/benchkit"
 	"github.com/omnibus-go/omnibus/natsbus"
 )
 
@@ -38,28 +36,6 @@ var benchSizes = []struct {
 	name string
 	size int
 }{{"100B", 100}, {"1KiB", 1024}}
-
-// benchSide is one side of a comparison.
-type benchSide struct {
-	name string
-	run  func(b *testing.B)
-}
-
-// runSides runs the sides as sub-benchmarks <side>/<size>, in the order
-// given, or reversed when OMNIBUS_BENCH_RAW_FIRST is set.
-func runSides(b *testing.B, size string, sides ...benchSide) {
-	if os.Getenv("OMNIBUS_BENCH_RAW_FIRST") != "" {
-		slices.Reverse(sides)
-	}
-	for _, s := range sides {
-		b.Run(s.name+"/"+size, s.run)
-	}
-}
-
-func reportRate(b *testing.B, n int) {
-	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
-	b.ReportMetric(0, "ns/op")
-}
 
 func rawJS(b *testing.B, serverURL string, opts ...jetstream.JetStreamOpt) jetstream.JetStream {
 	b.Helper()
@@ -146,7 +122,7 @@ func BenchmarkPublish(b *testing.B) {
 	u := externalURL(b)
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
-		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 			c := open(b, u)
 			topic := topicName(b, u)
 			omnibusPublish(b, c, topic, benchBatch, body) // creates the stream
@@ -154,8 +130,8 @@ func BenchmarkPublish(b *testing.B) {
 			b.ResetTimer()
 			omnibusPublish(b, c, topic, b.N, body)
 			b.StopTimer()
-			reportRate(b, b.N)
-		}}, benchSide{"raw", func(b *testing.B) {
+			benchkit.ReportRate(b, b.N)
+		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			js := rawJS(b, u)
 			name := topicName(b, u) + "-raw"
 			rawStream(b, js, name)
@@ -164,7 +140,7 @@ func BenchmarkPublish(b *testing.B) {
 			b.ResetTimer()
 			rawPublish(b, js, name, b.N, body)
 			b.StopTimer()
-			reportRate(b, b.N)
+			benchkit.ReportRate(b, b.N)
 		}})
 	}
 }
@@ -178,7 +154,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 	u := externalURL(b)
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
-		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 			c := open(b, u)
 			topic := topicName(b, u)
 			omnibusPublish(b, c, topic, benchBatch, body) // creates the stream
@@ -208,8 +184,8 @@ func BenchmarkPublishAsync(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			reportRate(b, b.N)
-		}}, benchSide{"raw", func(b *testing.B) {
+			benchkit.ReportRate(b, b.N)
+		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			var failed atomic.Int64
 			js := rawJS(b, u, jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { failed.Add(1) }))
 			name := topicName(b, u) + "-raw"
@@ -235,7 +211,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 			if n := failed.Load(); n > 0 {
 				b.Fatalf("%d failed", n)
 			}
-			reportRate(b, b.N)
+			benchkit.ReportRate(b, b.N)
 		}})
 	}
 }
@@ -269,7 +245,7 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 	u := externalURL(b)
 	s := benchSizes[0]
 	body := make([]byte, s.size)
-	runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+	benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 		c := open(b, u)
 		topic := topicName(b, u)
 		omnibusPublish(b, c, topic, benchBatch, body) // creates the stream
@@ -278,8 +254,8 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 			return c.Publish(ctx, topic, &omnibus.Message{Body: body})
 		})
 		b.StopTimer()
-		reportRate(b, b.N)
-	}}, benchSide{"raw", func(b *testing.B) {
+		benchkit.ReportRate(b, b.N)
+	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		js := rawJS(b, u)
 		name := topicName(b, u) + "-raw"
 		rawStream(b, js, name)
@@ -290,7 +266,7 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 			return err
 		})
 		b.StopTimer()
-		reportRate(b, b.N)
+		benchkit.ReportRate(b, b.N)
 	}})
 }
 
@@ -306,7 +282,7 @@ func BenchmarkConsume(b *testing.B) {
 	u := externalURL(b)
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
-		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 			c := open(b, u)
 			topic := topicName(b, u)
 			omnibusPublish(b, c, topic, b.N, body)
@@ -328,8 +304,8 @@ func BenchmarkConsume(b *testing.B) {
 			<-done
 			b.StopTimer()
 			_ = k.Shutdown(ctx)
-			reportRate(b, b.N)
-		}}, benchSide{"raw", func(b *testing.B) {
+			benchkit.ReportRate(b, b.N)
+		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			js := rawJS(b, u)
 			name := topicName(b, u) + "-raw"
 			rawStream(b, js, name)
@@ -362,7 +338,7 @@ func BenchmarkConsume(b *testing.B) {
 				_ = m.Ack()
 			}
 			b.StopTimer()
-			reportRate(b, b.N)
+			benchkit.ReportRate(b, b.N)
 		}})
 	}
 }
@@ -375,7 +351,7 @@ func BenchmarkConsume(b *testing.B) {
 // each message.
 func BenchmarkLatency(b *testing.B) {
 	u := externalURL(b)
-	runSides(b, "100B", benchSide{"omnibus", func(b *testing.B) {
+	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 		c := open(b, u)
 		topic := topicName(b, u)
 		omnibusPublish(b, c, topic, 1, []byte{0}) // creates the stream
@@ -384,9 +360,9 @@ func BenchmarkLatency(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer p.Close(context.Background())
-		r := newLatencyRecorder()
+		r := benchkit.NewRecorder()
 		k, err := c.Subscribe(context.Background(), topic, func(_ context.Context, m *omnibus.Message) error {
-			r.received(m.Body)
+			r.Received(m.Body)
 			return nil
 		}, omnibus.Group("bench"), omnibus.StartFrom(omnibus.StartEarliest))
 		if err != nil {
@@ -401,11 +377,11 @@ func BenchmarkLatency(b *testing.B) {
 				b.Errorf("Run: %v", err)
 			}
 		}()
-		measureLatency(b, r, func(body []byte) error {
+		benchkit.MeasureLatency(b, r, func(body []byte) error {
 			_, err := p.Publish(context.Background(), topic, &omnibus.Message{Body: body})
 			return err
 		})
-	}}, benchSide{"raw", func(b *testing.B) {
+	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		var failed atomic.Int64
 		js := rawJS(b, u, jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { failed.Add(1) }))
 		name := topicName(b, u) + "-raw"
@@ -415,16 +391,16 @@ func BenchmarkLatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := newLatencyRecorder()
+		r := benchkit.NewRecorder()
 		cc, err := cons.Consume(func(m jetstream.Msg) {
-			r.received(m.Data())
+			r.Received(m.Data())
 			_ = m.Ack()
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer cc.Stop()
-		measureLatency(b, r, func(body []byte) error {
+		benchkit.MeasureLatency(b, r, func(body []byte) error {
 			_, err := js.PublishMsgAsync(rawMsg(name, body))
 			return err
 		})
@@ -432,98 +408,6 @@ func BenchmarkLatency(b *testing.B) {
 			b.Fatalf("%d failed", n)
 		}
 	}})
-}
-
-// latencyRecorder collects publish→handler latencies. A message's body
-// carries its publish time (Unix nanoseconds) and a warm-up flag.
-type latencyRecorder struct {
-	warm     chan struct{} // closed when a warm-up message arrives
-	warmOnce sync.Once
-	mu       sync.Mutex
-	lat      []time.Duration
-}
-
-func newLatencyRecorder() *latencyRecorder { return &latencyRecorder{warm: make(chan struct{})} }
-
-// latencyMessage is a 100-byte body stamped with the time now.
-func latencyMessage(warm bool) []byte {
-	body := make([]byte, 100)
-	binary.BigEndian.PutUint64(body, uint64(time.Now().UnixNano()))
-	if warm {
-		body[8] = 1
-	}
-	return body
-}
-
-// received records the latency of a body a consumer got.
-func (r *latencyRecorder) received(body []byte) {
-	if len(body) < 9 {
-		return
-	}
-	d := time.Duration(time.Now().UnixNano() - int64(binary.BigEndian.Uint64(body)))
-	if body[8] == 1 {
-		r.warmOnce.Do(func() { close(r.warm) })
-		return
-	}
-	r.mu.Lock()
-	r.lat = append(r.lat, d)
-	r.mu.Unlock()
-}
-
-func (r *latencyRecorder) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.lat)
-}
-
-// measureLatency sends warm-up messages until one arrives (the consumer
-// is then in place), then one message per b.Loop iteration at a paced
-// 1,000 msgs/s; it waits for them all and reports the p50, p99 and
-// largest latency in milliseconds.
-func measureLatency(b *testing.B, r *latencyRecorder, send func(body []byte) error) {
-	b.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for ready := false; !ready; {
-		if err := send(latencyMessage(true)); err != nil {
-			b.Fatal(err)
-		}
-		select {
-		case <-r.warm:
-			ready = true
-		case <-time.After(100 * time.Millisecond):
-			if time.Now().After(deadline) {
-				b.Fatal("no warm-up message arrived within a minute")
-			}
-		}
-	}
-	sent := 0
-	var start time.Time
-	for b.Loop() {
-		if sent == 0 {
-			start = time.Now()
-		}
-		if d := time.Until(start.Add(time.Duration(sent) * time.Millisecond)); d > 0 {
-			time.Sleep(d)
-		}
-		if err := send(latencyMessage(false)); err != nil {
-			b.Fatal(err)
-		}
-		sent++
-	}
-	for deadline := time.Now().Add(time.Minute); r.count() < sent; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d messages arrived within a minute", r.count(), sent)
-		}
-	}
-	r.mu.Lock()
-	lat := slices.Clone(r.lat)
-	r.mu.Unlock()
-	slices.Sort(lat)
-	at := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / float64(time.Millisecond) }
-	b.ReportMetric(at(0.5), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
-	b.ReportMetric(at(1), "max-ms")
-	b.ReportMetric(0, "ns/op")
 }
 
 // BenchmarkEmbeddedStartup measures starting the embedded server (with

@@ -2,11 +2,8 @@ package rabbitbus
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/benchkit"
 )
 
 // The benchmarks compare omnibus with raw amqp091-go doing the same work
@@ -38,28 +36,6 @@ var benchSizes = []struct {
 	name string
 	size int
 }{{"100B", 100}, {"1KiB", 1024}}
-
-// benchSide is one side of a comparison.
-type benchSide struct {
-	name string
-	run  func(b *testing.B)
-}
-
-// runSides runs the sides as sub-benchmarks <side>/<size>, in the order
-// given, or reversed when OMNIBUS_BENCH_RAW_FIRST is set.
-func runSides(b *testing.B, size string, sides ...benchSide) {
-	if os.Getenv("OMNIBUS_BENCH_RAW_FIRST") != "" {
-		slices.Reverse(sides)
-	}
-	for _, s := range sides {
-		b.Run(s.name+"/"+size, s.run)
-	}
-}
-
-func reportRate(b *testing.B, n int) {
-	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
-	b.ReportMetric(0, "ns/op")
-}
 
 // benchTopology declares a fresh topic exchange and the named queues
 // bound to all of it (classic queues, as rabbitbus declares a group's),
@@ -147,7 +123,7 @@ func publishRaw(b *testing.B, ac *amqp.Connection, topic string, body []byte, n,
 func BenchmarkPublish(b *testing.B) {
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
-		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 			ctx := context.Background()
 			c := open(ctx, b, "")
 			topic, _ := benchTopology(b, ":sink")
@@ -177,13 +153,13 @@ func BenchmarkPublish(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
-			reportRate(b, b.N)
-		}}, benchSide{"raw", func(b *testing.B) {
+			benchkit.ReportRate(b, b.N)
+		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			topic, ac := benchTopology(b, ":sink")
 			b.ResetTimer()
 			publishRaw(b, ac, topic, body, b.N, benchWindow)
 			b.StopTimer()
-			reportRate(b, b.N)
+			benchkit.ReportRate(b, b.N)
 		}})
 	}
 }
@@ -194,7 +170,7 @@ func BenchmarkPublish(b *testing.B) {
 func BenchmarkPublishAsync(b *testing.B) {
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
-		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 			ctx := context.Background()
 			c := open(ctx, b, "")
 			topic, _ := benchTopology(b, ":sink")
@@ -223,13 +199,13 @@ func BenchmarkPublishAsync(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			reportRate(b, b.N)
-		}}, benchSide{"raw", func(b *testing.B) {
+			benchkit.ReportRate(b, b.N)
+		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			topic, ac := benchTopology(b, ":sink")
 			b.ResetTimer()
 			publishRaw(b, ac, topic, body, b.N, window)
 			b.StopTimer()
-			reportRate(b, b.N)
+			benchkit.ReportRate(b, b.N)
 		}})
 	}
 }
@@ -244,7 +220,7 @@ const benchPublishers = 16
 func BenchmarkPublishConcurrent(b *testing.B) {
 	s := benchSizes[0]
 	body := make([]byte, s.size)
-	runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+	benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 		ctx := context.Background()
 		c := open(ctx, b, "")
 		topic, _ := benchTopology(b, ":sink")
@@ -263,8 +239,8 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 		}
 		wg.Wait()
 		b.StopTimer()
-		reportRate(b, b.N)
-	}}, benchSide{"raw", func(b *testing.B) {
+		benchkit.ReportRate(b, b.N)
+	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		ctx := context.Background()
 		topic, ac := benchTopology(b, ":sink")
 		chs := make([]*amqp.Channel, benchPublishers)
@@ -299,7 +275,7 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 		}
 		wg.Wait()
 		b.StopTimer()
-		reportRate(b, b.N)
+		benchkit.ReportRate(b, b.N)
 	}})
 }
 
@@ -314,7 +290,7 @@ const consumeAckEvery = benchWindow / 4
 func BenchmarkConsume(b *testing.B) {
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
-		runSides(b, s.name, benchSide{"omnibus", func(b *testing.B) {
+		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 			ctx := context.Background()
 			c := open(ctx, b, "")
 			topic, ac := benchTopology(b, ":bench") // groupQueue(topic, "bench")
@@ -338,8 +314,8 @@ func BenchmarkConsume(b *testing.B) {
 			b.StopTimer()
 			rcancel()
 			<-ran
-			reportRate(b, b.N)
-		}}, benchSide{"raw", func(b *testing.B) {
+			benchkit.ReportRate(b, b.N)
+		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			topic, ac := benchTopology(b, ":raw")
 			publishRaw(b, ac, topic, body, b.N, window)
 			b.ResetTimer()
@@ -367,7 +343,7 @@ func BenchmarkConsume(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			reportRate(b, b.N)
+			benchkit.ReportRate(b, b.N)
 		}})
 	}
 }
@@ -379,7 +355,7 @@ func BenchmarkConsume(b *testing.B) {
 // publishes on a confirm-mode channel (confirms not waited for) and
 // basic.consume acking each delivery.
 func BenchmarkLatency(b *testing.B) {
-	runSides(b, "100B", benchSide{"omnibus", func(b *testing.B) {
+	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 		ctx := context.Background()
 		c := open(ctx, b, "")
 		topic, _ := benchTopology(b, ":bench") // groupQueue(topic, "bench")
@@ -388,9 +364,9 @@ func BenchmarkLatency(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer p.Close(ctx)
-		r := newLatencyRecorder()
+		r := benchkit.NewRecorder()
 		k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
-			r.received(m.Body)
+			r.Received(m.Body)
 			return nil
 		}, omnibus.Group("bench"))
 		if err != nil {
@@ -403,11 +379,11 @@ func BenchmarkLatency(b *testing.B) {
 			cancel()
 			<-ran
 		}()
-		measureLatency(b, r, func(body []byte) error {
+		benchkit.MeasureLatency(b, r, func(body []byte) error {
 			_, err := p.Publish(ctx, topic, &omnibus.Message{Type: "bench", Body: body})
 			return err
 		})
-	}}, benchSide{"raw", func(b *testing.B) {
+	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		topic, ac := benchTopology(b, ":raw")
 		cch, err := ac.Channel()
 		if err != nil {
@@ -421,12 +397,12 @@ func BenchmarkLatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := newLatencyRecorder()
+		r := benchkit.NewRecorder()
 		consumed := make(chan struct{})
 		go func() {
 			defer close(consumed)
 			for d := range dels {
-				r.received(d.Body)
+				r.Received(d.Body)
 				_ = d.Ack(false)
 			}
 		}()
@@ -442,102 +418,10 @@ func BenchmarkLatency(b *testing.B) {
 		if err := pch.Confirm(false); err != nil {
 			b.Fatal(err)
 		}
-		measureLatency(b, r, func(body []byte) error {
+		benchkit.MeasureLatency(b, r, func(body []byte) error {
 			key, pub := rawPublishing(body)
 			_, err := pch.PublishWithDeferredConfirm(topic, key, false, false, pub)
 			return err
 		})
 	}})
-}
-
-// latencyRecorder collects publish→handler latencies. A message's body
-// carries its publish time (Unix nanoseconds) and a warm-up flag.
-type latencyRecorder struct {
-	warm     chan struct{} // closed when a warm-up message arrives
-	warmOnce sync.Once
-	mu       sync.Mutex
-	lat      []time.Duration
-}
-
-func newLatencyRecorder() *latencyRecorder { return &latencyRecorder{warm: make(chan struct{})} }
-
-// latencyMessage is a 100-byte body stamped with the time now.
-func latencyMessage(warm bool) []byte {
-	body := make([]byte, 100)
-	binary.BigEndian.PutUint64(body, uint64(time.Now().UnixNano()))
-	if warm {
-		body[8] = 1
-	}
-	return body
-}
-
-// received records the latency of a body a consumer got.
-func (r *latencyRecorder) received(body []byte) {
-	if len(body) < 9 {
-		return
-	}
-	d := time.Duration(time.Now().UnixNano() - int64(binary.BigEndian.Uint64(body)))
-	if body[8] == 1 {
-		r.warmOnce.Do(func() { close(r.warm) })
-		return
-	}
-	r.mu.Lock()
-	r.lat = append(r.lat, d)
-	r.mu.Unlock()
-}
-
-func (r *latencyRecorder) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.lat)
-}
-
-// measureLatency sends warm-up messages until one arrives (the consumer
-// is then in place), then one message per b.Loop iteration at a paced
-// 1,000 msgs/s; it waits for them all and reports the p50, p99 and
-// largest latency in milliseconds.
-func measureLatency(b *testing.B, r *latencyRecorder, send func(body []byte) error) {
-	b.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for ready := false; !ready; {
-		if err := send(latencyMessage(true)); err != nil {
-			b.Fatal(err)
-		}
-		select {
-		case <-r.warm:
-			ready = true
-		case <-time.After(100 * time.Millisecond):
-			if time.Now().After(deadline) {
-				b.Fatal("no warm-up message arrived within a minute")
-			}
-		}
-	}
-	sent := 0
-	var start time.Time
-	for b.Loop() {
-		if sent == 0 {
-			start = time.Now()
-		}
-		if d := time.Until(start.Add(time.Duration(sent) * time.Millisecond)); d > 0 {
-			time.Sleep(d)
-		}
-		if err := send(latencyMessage(false)); err != nil {
-			b.Fatal(err)
-		}
-		sent++
-	}
-	for deadline := time.Now().Add(time.Minute); r.count() < sent; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d messages arrived within a minute", r.count(), sent)
-		}
-	}
-	r.mu.Lock()
-	lat := slices.Clone(r.lat)
-	r.mu.Unlock()
-	slices.Sort(lat)
-	at := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / float64(time.Millisecond) }
-	b.ReportMetric(at(0.5), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
-	b.ReportMetric(at(1), "max-ms")
-	b.ReportMetric(0, "ns/op")
 }
