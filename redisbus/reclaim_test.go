@@ -1,0 +1,82 @@
+package redisbus
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/internal/testenv"
+)
+
+// TestReclaimAfterLoss loses a lane the way a fenced read or acknowledgement
+// or a refresh that found the lease expired does (marked lost, the watchdog
+// not yet having told the engine) and has the balancer claim the lane again
+// before the watchdog runs: the new claim must wait until the old one is
+// reported lost, so that the engine hears Claimed, Lost, Claimed, and the
+// member holds the new claim's lane, not an unreported old one.
+func TestReclaimAfterLoss(t *testing.T) {
+	addr := testenv.Getenv("OMNIBUS_REDIS_ADDR", "127.0.0.1:6379")
+	testenv.Require(t, "Redis", addr, "redis-server --daemonize yes")
+	u, _ := url.Parse("redis://" + addr + "?partitions=1&lease_ttl=30s")
+	cfg, err := parseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c, err := open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	topic := fmt.Sprintf("redisbus-reclaim-%x", rand.Uint32())
+	defer func() {
+		keys, _ := c.rdb.Keys(ctx, topic+"*").Result()
+		if len(keys) > 0 {
+			c.rdb.Del(ctx, keys...)
+		}
+	}()
+	lanes := &lanesLog{}
+	// The member's lease machinery, its goroutines not started: the test
+	// plays the balancer and the watchdog in the order of the race.
+	s := newSub(c, topic, 1, driver.SubscribeOptions{Group: "g", Lanes: lanes})
+	defer s.cancel()
+	defer s.rd.Close()
+	p := newPartitioned(s)
+	s.part = p
+	p.claim(0)
+	s.mu.Lock()
+	old := s.lanes["0"]
+	s.mu.Unlock()
+	if old == nil || !lanes.has(&lanes.claimed, "0") {
+		t.Fatal("lane 0 was not claimed")
+	}
+	// The lease runs out on the server; the member finds it lost.
+	if err := c.rdb.Del(ctx, old.lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.fenced(old)
+	// The balancer, woken by the loss, sees the lease free and claims it
+	// before the watchdog has reported the old claim lost.
+	p.claim(0)
+	p.expire(time.Now())
+	p.claim(0)
+	lanes.mu.Lock()
+	claimed, lost := slices.Clone(lanes.claimed), slices.Clone(lanes.lost)
+	lanes.mu.Unlock()
+	if !slices.Equal(claimed, []string{"0", "0"}) || !slices.Equal(lost, []string{"0"}) {
+		t.Fatalf("Claimed %v, Lost %v: want lane 0 claimed, lost and claimed again", claimed, lost)
+	}
+	s.mu.Lock()
+	cur := s.lanes["0"]
+	s.mu.Unlock()
+	if cur == nil || cur == old || cur.lost || cur.token == old.token {
+		t.Fatalf("the member's lane 0 is %+v, want the new claim's (the old token %s)", cur, old.token)
+	}
+}
