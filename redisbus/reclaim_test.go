@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,5 +79,96 @@ func TestReclaimAfterLoss(t *testing.T) {
 	s.mu.Unlock()
 	if cur == nil || cur == old || cur.lost || cur.token == old.token {
 		t.Fatalf("the member's lane 0 is %+v, want the new claim's (the old token %s)", cur, old.token)
+	}
+}
+
+// slowLost records the Lanes calls in order, a Lost only when it returns,
+// and holds each Lost until release is closed (as the engine's Lost waits
+// for a Receive in progress).
+type slowLost struct {
+	mu      sync.Mutex
+	events  []string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (l *slowLost) add(e string) { l.mu.Lock(); l.events = append(l.events, e); l.mu.Unlock() }
+func (l *slowLost) Claimed(ls []string) {
+	for _, id := range ls {
+		l.add("claimed " + id)
+	}
+}
+func (l *slowLost) Revoked(_ context.Context, ls []string) {}
+func (l *slowLost) Lost(ls []string) {
+	l.entered <- struct{}{}
+	<-l.release
+	for _, id := range ls {
+		l.add("lost " + id)
+	}
+}
+
+// TestReclaimWhileLostReported has the balancer look for lanes to claim
+// while the watchdog's Lanes.Lost of a lane is still under way: the lane
+// is claimed again only after that Lost returned. Told Claimed before
+// the Lost, the engine would keep its old lane for the new claim and then
+// drop it, with what the new claim delivered into it: a read left pending
+// for the member, never handled while it holds the lane, and handled after
+// newer entries of its keys by the lane's next owner.
+func TestReclaimWhileLostReported(t *testing.T) {
+	addr := testenv.Getenv("OMNIBUS_REDIS_ADDR", "127.0.0.1:6379")
+	testenv.Require(t, "Redis", addr, "redis-server --daemonize yes")
+	u, _ := url.Parse("redis://" + addr + "?partitions=1&lease_ttl=30s")
+	cfg, err := parseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c, err := open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	topic := fmt.Sprintf("redisbus-reclaim-%x", rand.Uint32())
+	defer func() {
+		keys, _ := c.rdb.Keys(ctx, topic+"*").Result()
+		if len(keys) > 0 {
+			c.rdb.Del(ctx, keys...)
+		}
+	}()
+	lanes := &slowLost{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	s := newSub(c, topic, 1, driver.SubscribeOptions{Group: "g", Lanes: lanes})
+	defer s.cancel()
+	defer s.rd.Close()
+	p := newPartitioned(s)
+	s.part = p
+	p.claim(0)
+	s.mu.Lock()
+	old := s.lanes["0"]
+	s.mu.Unlock()
+	if old == nil {
+		t.Fatal("lane 0 was not claimed")
+	}
+	if err := c.rdb.Del(ctx, old.lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.fenced(old)
+	expired := make(chan struct{})
+	go func() { defer close(expired); p.expire(time.Now()) }()
+	<-lanes.entered
+	p.claim(0) // the balancer, while the engine is being told
+	close(lanes.release)
+	<-expired
+	p.claim(0)
+	lanes.mu.Lock()
+	events := slices.Clone(lanes.events)
+	lanes.mu.Unlock()
+	if want := []string{"claimed 0", "lost 0", "claimed 0"}; !slices.Equal(events, want) {
+		t.Fatalf("Lanes calls %q, want %q", events, want)
+	}
+	s.mu.Lock()
+	cur := s.lanes["0"]
+	s.mu.Unlock()
+	if cur == nil || cur == old || cur.lost {
+		t.Fatalf("the member's lane 0 is %+v, want the new claim's", cur)
 	}
 }
