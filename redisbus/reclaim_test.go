@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/omnibus-go/omnibus/driver"
 	"github.com/omnibus-go/omnibus/internal/testenv"
 )
@@ -170,5 +172,77 @@ func TestReclaimWhileLostReported(t *testing.T) {
 	s.mu.Unlock()
 	if cur == nil || cur == old || cur.lost {
 		t.Fatalf("the member's lane 0 is %+v, want the new claim's", cur)
+	}
+}
+
+// TestTakeoverPastTrimmed has a lane's takeover meet a claim that comes
+// back empty before the scan's end (the pending entries it looked at were
+// trimmed): the takeover goes on to the pending entries after them before
+// any new entry of the lane is read.
+func TestTakeoverPastTrimmed(t *testing.T) {
+	addr := testenv.Getenv("OMNIBUS_REDIS_ADDR", "127.0.0.1:6379")
+	testenv.Require(t, "Redis", addr, "redis-server --daemonize yes")
+	u, _ := url.Parse("redis://" + addr + "?partitions=1&lease_ttl=30s")
+	cfg, err := parseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c, err := open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	topic := fmt.Sprintf("redisbus-takeover-%x", rand.Uint32())
+	defer func() {
+		keys, _ := c.rdb.Keys(ctx, topic+"*").Result()
+		if len(keys) > 0 {
+			c.rdb.Del(ctx, keys...)
+		}
+	}()
+	stream := streamKey(topic, 0)
+	if err := c.rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []*driver.Message
+	for i := range 13 {
+		msgs = append(msgs, &driver.Message{ID: fmt.Sprintf("m%d", i), Body: []byte("x")})
+	}
+	if err := c.Publish(ctx, topic, msgs, driver.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A previous owner read the first 12 (pending for it); the first 10
+	// of those were trimmed since.
+	res, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "previous", Streams: []string{stream, ">"}, Count: 12}).Result()
+	if err != nil || len(res) != 1 || len(res[0].Messages) != 12 {
+		t.Fatalf("the previous owner's read: %v, %v", res, err)
+	}
+	for _, m := range res[0].Messages[:10] {
+		if err := c.rdb.XDel(ctx, stream, m.ID).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newSub(c, topic, 1, driver.SubscribeOptions{Group: "g", Lanes: &lanesLog{}})
+	defer s.cancel()
+	defer s.rd.Close()
+	p := newPartitioned(s)
+	s.part = p
+	p.claim(0)
+	if s.lane("0") == nil {
+		t.Fatal("lane 0 was not claimed")
+	}
+	// Reads of one entry: a claim scans at most 10 pending entries.
+	var got []string
+	for range 3 {
+		ds, err := s.readPartitions(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			got = append(got, d.ID)
+		}
+	}
+	if want := []string{"m10", "m11", "m12"}; !slices.Equal(got, want) {
+		t.Fatalf("read %v, want %v: the taken-over entries first, in order", got, want)
 	}
 }
