@@ -83,10 +83,24 @@ func ownerOf(v string) string {
 // claim takes lane part when its lease is free: it writes the lease with
 // a new fencing token, tells the engine, and hands the lane to the
 // reader, which first takes over what the previous owners left pending.
+//
+// A lane of that ID still in the member's lanes (lost, the watchdog not
+// yet having told the engine, or still draining in release) is not
+// claimed again until it is gone from them: a new claim would take its
+// place unreported, so that the engine, never told the old claim was
+// lost, would keep its deliveries beside the new claim's (and release
+// would delete the new claim's lane when its drain ends).
 func (p *partitioned) claim(part int) {
 	s := p.s
 	stream := streamKey(s.topic, part)
 	l := &lane{id: laneID(part), part: part, stream: stream, lease: leaseKey(stream, s.group), cursor: "0-0"}
+	s.mu.Lock()
+	_, present := s.lanes[l.id]
+	s.mu.Unlock()
+	if present {
+		driver.Notify(p.check) // the watchdog reports it; the next round claims
+		return
+	}
 	l.off.Store(true)
 	begin := time.Now()
 	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)

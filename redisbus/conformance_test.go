@@ -124,8 +124,6 @@ func faultHarness(params string) func(t *testing.T) transporttest.Harness {
 		if params != "" {
 			h.Gaps = map[string]string{
 				"PoisonCrashesItsProcess": partitionedPoisonGap,
-				"ServerRestart":           "partitioned: 1 run in 14 (with -race, under load) never handled 64 entries, one lane's read, after the server's restart; the cause is not found yet",
-				"RebalanceStorm":          "partitioned: 1 run in 9 (with -race, under load) handled 14 messages for the first time after a newer message of their key; the cause is not found yet",
 			}
 		}
 		return h

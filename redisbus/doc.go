@@ -105,8 +105,10 @@
 //     since its last renewal began, before the server can expire it: from
 //     then on nothing of the lane is delivered or acknowledged, and the
 //     engine gets Lanes.Lost at that moment, from a watchdog, even while
-//     another lane drains. Only the server's clock expires a lease;
-//     members never compare clocks.
+//     another lane drains. The member claims a lost lane again only after
+//     that Lanes.Lost returned (the engine hears Lost before the next
+//     Claimed). Only the server's clock expires a lease; members never
+//     compare clocks.
 //   - the token fences every operation on the lane's stream: the member
 //     reads new entries (XREADGROUP, without blocking), takes over
 //     pending ones (XAUTOCLAIM) and acknowledges (XACK) only through

@@ -131,12 +131,18 @@ func (p *partitioned) watchdogLoop() {
 // about the lanes lost (a lane being released has its drain cut short
 // instead; a lane being claimed is reported by claim). It returns when
 // to look again: the earliest deadline.
+//
+// A lost lane leaves the member's lanes only once Lanes.Lost returned,
+// so that the balancer does not claim it again meanwhile: the engine,
+// told Claimed before that Lost, would keep its old lane for the new
+// claim and then drop it with whatever the new claim delivered into it
+// (left pending for the member, which reads on past it).
 func (p *partitioned) expire(now time.Time) (next time.Time) {
 	s := p.s
 	next = now.Add(p.ttl / 4)
 	var lost []*lane
 	s.mu.Lock()
-	for id, l := range s.lanes {
+	for _, l := range s.lanes {
 		if !l.lost && !now.Before(l.deadline) {
 			p.loseLocked(l)
 		}
@@ -150,12 +156,21 @@ func (p *partitioned) expire(now time.Time) (next time.Time) {
 				l.revoke()
 			}
 		case l.claimed:
-			delete(s.lanes, id)
 			lost = append(lost, l)
 		}
 	}
 	s.mu.Unlock()
 	p.reportLost(lost)
+	if len(lost) > 0 {
+		s.mu.Lock()
+		for _, l := range lost {
+			if s.lanes[l.id] == l {
+				delete(s.lanes, l.id)
+			}
+		}
+		s.mu.Unlock()
+		driver.Notify(p.wakeup) // the balancer may claim them again now
+	}
 	return next
 }
 

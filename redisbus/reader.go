@@ -245,28 +245,30 @@ func (s *sub) readPartitions(n int) ([]*driver.Delivery, error) {
 		}
 		return nil, nil
 	}
+	// A claim may come back empty with the scan not at its end (what it
+	// looked at had been trimmed): the lane's takeover goes on until it
+	// ends, before anything new of the lane is read.
 	for _, l := range lanes {
-		if l.cursor == "" {
-			continue
-		}
-		ds, next, ok, err := s.claim(l, l.cursor, n, 0, true)
-		if isNoGroup(err) && s.ctx.Err() == nil {
-			return nil, s.rejoin(lanes, err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			s.part.fenced(l)
-			continue
-		}
-		if next == "0-0" {
-			next = ""
-		}
-		l.cursor = next
-		if len(ds) > 0 {
-			l.last = ds[len(ds)-1].Position
-			return ds, nil
+		for l.cursor != "" {
+			ds, next, ok, err := s.claim(l, l.cursor, n, 0, true)
+			if isNoGroup(err) && s.ctx.Err() == nil {
+				return nil, s.rejoin(lanes, err)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				s.part.fenced(l)
+				break
+			}
+			if next == "0-0" {
+				next = ""
+			}
+			l.cursor = next
+			if len(ds) > 0 {
+				l.last = ds[len(ds)-1].Position
+				return ds, nil
+			}
 		}
 	}
 	keys := make([]string, 0, 2*len(lanes))
