@@ -257,6 +257,13 @@ func (s *session) drained(ctx context.Context) bool {
 		}
 		return true
 	}
+	if quiet < s.idle/2 {
+		// Messages another client held may be on their way back (a
+		// queue requeues what a closed channel held a moment after it
+		// closed): a lag read the moment the last message came would
+		// not count them yet.
+		return false
+	}
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	lags, err := s.lag(lctx)
 	cancel()
