@@ -5,9 +5,10 @@ package natsbus
 // delivery counts afresh, so a partitioned group keeps its own count in
 // the group's position bucket: key "b.<lane>" says how many holders
 // began the lane's message at a stream sequence without settling it. A
-// member records its claim when the first delivery of a lane it claimed
-// is the lane's resume position (Receive), and each message the engine
-// begins while it guards the lane (Begin). It runs on the engine's fetch
+// member reads it at the first delivery of a lane it claimed (Receive),
+// recording its own claim only where no holder began that message, and
+// records each message the engine begins while it guards the lane
+// (Begin). It runs on the engine's fetch
 // loop and workers; the bucket's revision orders the writers, and the
 // lease decides who may write.
 
@@ -38,14 +39,13 @@ func (k keeping) Begin(ctx context.Context, d *driver.Delivery) (int, error) {
 }
 
 // claim gives the first delivery of a lane this member claimed its
-// Attempt: the holders that began it, plus this one; it records this
+// Attempt: the holders that began it, plus this one. It records this
 // one's claim only when none did (Begin records a suspect's when it
-// runs). It is the
-// lane's first unsettled message: the consumer starts after its ack
-// floor (claimAt), and the sequences between belong to other partitions
-// or were settled. Other deliveries of a partition keep Attempt 0. A
-// failed record leaves it uncounted: the count is a safeguard, not a
-// reason to stop.
+// runs). That delivery is the lane's first unsettled message: the
+// consumer starts after its ack floor (claimAt), and the sequences
+// between belong to other partitions or were settled. Other deliveries
+// of a partition keep Attempt 0. A failed record leaves it uncounted:
+// the count is a safeguard, not a reason to stop.
 func (s *sub) claim(ctx context.Context, h *held) {
 	at := h.r.claimAt.Load()
 	if at == 0 || h.seq < at || !h.r.claimAt.CompareAndSwap(at, 0) {
