@@ -243,6 +243,11 @@
 // connection that breaks fails the command, the engine retries the read
 // with its backoff, an acknowledgement that failed goes with the next
 // one (or the keeper's, or the refresher's), and the pool dials again.
+// Such an error is marked driver.ErrOutcomeUnknown (driver.ErrRetryable
+// when no connection could be made, or the server answered LOADING,
+// BUSY or TRYAGAIN), so omnibus.Publish publishes the messages again
+// with the same IDs; Redis keeps no window of IDs, so an entry that had
+// landed is then stored twice.
 // A member that leaves tries those a last time; when that fails too,
 // Close (and so Consumer.Shutdown) says how many settled entries go
 // back to the group, to be delivered again. A
