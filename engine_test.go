@@ -523,6 +523,35 @@ func TestBatchesPerKey(t *testing.T) {
 	}
 }
 
+// A partial batch does not wait for more while no more can come: with
+// MaxInFlight messages held, each of its own key, the fetch loop waits for
+// room, so the batches go at once rather than after their period (ten
+// minutes here, past waitFor's minute).
+func TestBatchesDoNotWaitAtTheBound(t *testing.T) {
+	ctx := context.Background()
+	c := openMem(t)
+	var handled atomic.Int64
+	k, err := c.SubscribeBatch(ctx, "bound", func(ctx context.Context, ms []*omnibus.Message) error {
+		handled.Add(int64(len(ms)))
+		return nil
+	}, omnibus.Batch(100, 1<<20, 10*time.Minute), omnibus.MaxInFlight(8), omnibus.Order(omnibus.OrderKey), omnibus.StartFrom(omnibus.StartEarliest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []*omnibus.Message
+	for i := range 64 {
+		ms = append(ms, &omnibus.Message{Key: "k" + strconv.Itoa(i), Body: []byte("x")})
+	}
+	if err := c.Publish(ctx, "bound", ms...); err != nil {
+		t.Fatal(err)
+	}
+	go k.Run(ctx)
+	defer k.Close()
+	// The last ones may wait their period: the transport could still
+	// deliver more of their keys.
+	waitFor(t, func() bool { return handled.Load() >= 64-8 }, "56 of 64 messages of 64 keys, 8 in flight at most")
+}
+
 // MaxInFlight and MaxInFlightBytes bound what is received and unsettled:
 // with handlers that never finish, the engine stops fetching at the bound.
 func TestInFlightBounds(t *testing.T) {

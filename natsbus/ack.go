@@ -11,16 +11,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-// take removes the deliveries from the held set and returns them,
-// leaving out those of lanes whose lease ran out (the lane's next owner
-// reads them again). With ack, it records the highest sequence
-// acknowledged per reader; without (Nack), a partition's reader expects
-// them back.
-func (s *sub) take(ds []*driver.Delivery, ack bool) []*held {
-	hs := make([]*held, 0, len(ds))
+// take removes the deliveries from the held set and returns their
+// messages, leaving out those of lanes whose lease ran out (the lane's
+// next owner reads them again). With ack, it records the highest
+// sequence acknowledged per reader; without (Nack), a partition's reader
+// expects them back.
+func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
+	msgs := make([]jetstream.Msg, 0, len(ds))
 	now := time.Now()
 	s.mu.Lock()
 	for _, d := range ds {
@@ -29,7 +31,7 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) []*held {
 			continue
 		}
 		if s.held.remove(h) && h.r.valid(now) {
-			hs = append(hs, h)
+			msgs = append(msgs, h.msg)
 			switch {
 			case ack && !h.r.exclusive:
 				h.r.recent[h.r.recentAt] = h.seq
@@ -42,7 +44,7 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) []*held {
 		}
 	}
 	s.mu.Unlock()
-	return hs
+	return msgs
 }
 
 // Ack implements driver.Acker. It returns once the server has read the
@@ -53,8 +55,8 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) []*held {
 // connection.
 func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	var errs []error
-	for _, h := range s.take(ds, true) {
-		if err := h.msg.Ack(); err != nil {
+	for _, m := range s.take(ds, true) {
+		if err := m.Ack(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -77,8 +79,8 @@ const flushWait = 5 * time.Second
 // Nack implements driver.Nacker with NakWithDelay.
 func (s *sub) Nack(_ context.Context, ds []*driver.Delivery, delay time.Duration) error {
 	var errs []error
-	for _, h := range s.take(ds, false) {
-		if err := h.msg.NakWithDelay(delay); err != nil {
+	for _, m := range s.take(ds, false) {
+		if err := m.NakWithDelay(delay); err != nil {
 			errs = append(errs, err)
 		}
 	}

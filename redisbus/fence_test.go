@@ -3,17 +3,12 @@ package redisbus
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"math/rand/v2"
-	"net/url"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/omnibus-go/omnibus/driver"
-	"github.com/omnibus-go/omnibus/internal/testenv"
 )
 
 // lanesLog records the Lanes calls a member gets.
@@ -47,26 +42,8 @@ func (l *lanesLog) has(which *[]string, lane string) bool {
 // and what it read stays pending for the lease's new holder, who claims
 // it first and in order.
 func TestFence(t *testing.T) {
-	addr := testenv.Getenv("OMNIBUS_REDIS_ADDR", "127.0.0.1:6379")
-	testenv.Require(t, "Redis", addr, "redis-server --daemonize yes")
-	u, _ := url.Parse("redis://" + addr + "?partitions=1&lease_ttl=30s&rebalance_interval=50ms")
-	cfg, err := parseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	c, err := open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	topic := fmt.Sprintf("redisbus-fence-%x", rand.Uint32())
-	defer func() {
-		keys, _ := c.rdb.Keys(ctx, topic+"*").Result()
-		if len(keys) > 0 {
-			c.rdb.Del(ctx, keys...)
-		}
-	}()
+	c, topic := openTestConn(t, "partitions=1&lease_ttl=30s&rebalance_interval=50ms", "redisbus-fence-")
 	var msgs []*driver.Message
 	for i := range 10 {
 		msgs = append(msgs, &driver.Message{ID: fmt.Sprintf("m%d", i), Body: []byte("x")})

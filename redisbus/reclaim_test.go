@@ -25,26 +25,8 @@ import (
 // reported lost, so that the engine hears Claimed, Lost, Claimed, and the
 // member holds the new claim's lane, not an unreported old one.
 func TestReclaimAfterLoss(t *testing.T) {
-	addr := testenv.Getenv("OMNIBUS_REDIS_ADDR", "127.0.0.1:6379")
-	testenv.Require(t, "Redis", addr, "redis-server --daemonize yes")
-	u, _ := url.Parse("redis://" + addr + "?partitions=1&lease_ttl=30s")
-	cfg, err := parseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	c, err := open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	topic := fmt.Sprintf("redisbus-reclaim-%x", rand.Uint32())
-	defer func() {
-		keys, _ := c.rdb.Keys(ctx, topic+"*").Result()
-		if len(keys) > 0 {
-			c.rdb.Del(ctx, keys...)
-		}
-	}()
+	c, topic := openTestConn(t, "partitions=1&lease_ttl=30s", "redisbus-reclaim-")
 	lanes := &lanesLog{}
 	// The member's lease machinery, its goroutines not started: the test
 	// plays the balancer and the watchdog in the order of the race.
@@ -117,26 +99,8 @@ func (l *slowLost) Lost(ls []string) {
 // for the member, never handled while it holds the lane, and handled after
 // newer entries of its keys by the lane's next owner.
 func TestReclaimWhileLostReported(t *testing.T) {
-	addr := testenv.Getenv("OMNIBUS_REDIS_ADDR", "127.0.0.1:6379")
-	testenv.Require(t, "Redis", addr, "redis-server --daemonize yes")
-	u, _ := url.Parse("redis://" + addr + "?partitions=1&lease_ttl=30s")
-	cfg, err := parseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	c, err := open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	topic := fmt.Sprintf("redisbus-reclaim-%x", rand.Uint32())
-	defer func() {
-		keys, _ := c.rdb.Keys(ctx, topic+"*").Result()
-		if len(keys) > 0 {
-			c.rdb.Del(ctx, keys...)
-		}
-	}()
+	c, topic := openTestConn(t, "partitions=1&lease_ttl=30s", "redisbus-reclaim-")
 	lanes := &slowLost{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	s := newSub(c, topic, 1, driver.SubscribeOptions{Group: "g", Lanes: lanes})
 	defer s.cancel()
@@ -180,26 +144,8 @@ func TestReclaimWhileLostReported(t *testing.T) {
 // trimmed): the takeover goes on to the pending entries after them before
 // any new entry of the lane is read.
 func TestTakeoverPastTrimmed(t *testing.T) {
-	addr := testenv.Getenv("OMNIBUS_REDIS_ADDR", "127.0.0.1:6379")
-	testenv.Require(t, "Redis", addr, "redis-server --daemonize yes")
-	u, _ := url.Parse("redis://" + addr + "?partitions=1&lease_ttl=30s")
-	cfg, err := parseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	c, err := open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	topic := fmt.Sprintf("redisbus-takeover-%x", rand.Uint32())
-	defer func() {
-		keys, _ := c.rdb.Keys(ctx, topic+"*").Result()
-		if len(keys) > 0 {
-			c.rdb.Del(ctx, keys...)
-		}
-	}()
+	c, topic := openTestConn(t, "partitions=1&lease_ttl=30s", "redisbus-takeover-")
 	stream := streamKey(topic, 0)
 	if err := c.rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
 		t.Fatal(err)
@@ -245,4 +191,32 @@ func TestTakeoverPastTrimmed(t *testing.T) {
 	if want := []string{"m10", "m11", "m12"}; !slices.Equal(got, want) {
 		t.Fatalf("read %v, want %v: the taken-over entries first, in order", got, want)
 	}
+}
+
+// openTestConn opens a connection of redisbus's own to the test server
+// with the URL parameters params, and a topic named from prefix whose
+// keys are deleted when t ends.
+func openTestConn(t *testing.T, params, prefix string) (*conn, string) {
+	t.Helper()
+	addr := testenv.Getenv("OMNIBUS_REDIS_ADDR", "127.0.0.1:6379")
+	testenv.Require(t, "Redis", addr, "redis-server --daemonize yes")
+	u, _ := url.Parse("redis://" + addr + "?" + params)
+	cfg, err := parseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c, err := open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := fmt.Sprintf("%s%x", prefix, rand.Uint32())
+	t.Cleanup(func() {
+		keys, _ := c.rdb.Keys(ctx, topic+"*").Result()
+		if len(keys) > 0 {
+			c.rdb.Del(ctx, keys...)
+		}
+		_ = c.Close()
+	})
+	return c, topic
 }
