@@ -331,9 +331,35 @@ func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message
 	return wrapPublishError(topic, ms, nil, err)
 }
 
-// publishRest publishes the messages not already failed and merges the
-// failures, so one oversized message does not stop the rest.
-func (c *Client) publishRest(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions, direct bool, failed []PublishFailure) error {
+// queue is publish for a transport that keeps its own window in flight
+// (driver.Queuer): done gets what publish would return. An error means
+// nothing was queued and done is not called.
+func (c *Client) queue(ctx context.Context, queuer driver.Queuer, topic string, ms []*driver.Message, opts driver.PublishOptions, done func(error)) error {
+	var failed []PublishFailure
+	var index []int
+	if max := c.caps.MaxMessageBytes; max > 0 {
+		for i, m := range ms {
+			if n := m.Size(); n > max {
+				failed = append(failed, PublishFailure{Index: i, ID: m.ID,
+					Err: fmt.Errorf("%d bytes, limit %d: %w", n, max, ErrTooLarge)})
+			}
+		}
+		if failed != nil {
+			ms, index = without(ms, failed)
+		}
+	}
+	if len(ms) == 0 {
+		done(wrapPublishError(topic, ms, index, nil, failed...))
+		return nil
+	}
+	return queuer.Queue(ctx, topic, ms, opts, func(err error) {
+		done(wrapPublishError(topic, ms, index, err, failed...))
+	})
+}
+
+// without returns the messages of ms not failed (failed in ms's order),
+// and their positions in ms.
+func without(ms []*driver.Message, failed []PublishFailure) ([]*driver.Message, []int) {
 	rest := make([]*driver.Message, 0, len(ms)-len(failed))
 	index := make([]int, 0, cap(rest))
 	f := 0
@@ -345,6 +371,13 @@ func (c *Client) publishRest(ctx context.Context, topic string, ms []*driver.Mes
 		rest = append(rest, m)
 		index = append(index, i)
 	}
+	return rest, index
+}
+
+// publishRest publishes the messages not already failed and merges the
+// failures, so one oversized message does not stop the rest.
+func (c *Client) publishRest(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions, direct bool, failed []PublishFailure) error {
+	rest, index := without(ms, failed)
 	var err error
 	if len(rest) > 0 {
 		err = c.send(ctx, topic, rest, opts, direct)

@@ -8,9 +8,12 @@ package omnibus
 // Each topic has Senders queues; a message goes to the queue of its key
 // (a hash), so messages of one key leave in the order given, one batch of
 // a queue at a time. A queue has at most one sender goroutine, started
-// when the queue has work and ending when it is empty. Publisher.mu
-// guards every queue, the buffer's counts and closed; results are
-// settled and hooks called outside it.
+// when the queue has work and ending when it is empty. On a transport
+// whose client keeps its own window in flight, in order
+// (driver.Queuer: Kafka), a sender hands a batch to that window and takes
+// the next at once; a goroutine per batch settles it when the client
+// reports. Publisher.mu guards every queue, the buffer's counts and
+// closed; results are settled and hooks called outside it.
 
 import (
 	"context"
@@ -123,6 +126,11 @@ func PublishTimeout(d time.Duration) PublisherOption {
 // Messages of one key are published in the order given: one batch at a
 // time for a key, in order within it. A message tried again after a
 // fault lands after those of its batch that landed the first time.
+// On Kafka a key's batches are instead handed to franz-go's producer one
+// after another without waiting, as its own Produce is used: the
+// producer keeps them in order, retries included (idempotently at
+// durability all), for as long as the delivery_timeout; what it gives up
+// on fails, and is not tried again behind the messages sent since.
 //
 // A Publisher is safe for concurrent use. Close it (or Flush it) before
 // the client: what is still queued when the client closes fails with
@@ -329,9 +337,13 @@ func (p *Publisher) startLocked(q *pubQueue) {
 	go p.send(q)
 }
 
-// send publishes q's batches until q is empty.
+// send publishes q's batches until q is empty. On a transport that keeps
+// its own window of publishes in flight (driver.Queuer) a batch is
+// queued there and the next taken at once; otherwise each batch is
+// published, and waited for, in turn.
 func (p *Publisher) send(q *pubQueue) {
 	defer p.senders.Done()
+	queuer, _ := p.c.conn.(driver.Queuer)
 	for {
 		p.mu.Lock()
 		batch, bytes := p.takeLocked(q)
@@ -341,17 +353,10 @@ func (p *Publisher) send(q *pubQueue) {
 			return
 		}
 		p.mu.Unlock()
-		p.publish(q.topic, batch)
-		p.mu.Lock()
-		p.msgs -= len(batch)
-		p.size -= bytes
-		close(p.room)
-		p.room = make(chan struct{})
-		if p.msgs == 0 {
-			close(p.idle)
-			p.idle = make(chan struct{})
+		if queuer != nil && p.queue(queuer, q.topic, batch, bytes) {
+			continue
 		}
-		p.mu.Unlock()
+		p.settle(batch, bytes, p.publish(q.topic, batch))
 	}
 }
 
@@ -377,11 +382,55 @@ func (p *Publisher) takeLocked(q *pubQueue) ([]*PublishResult, int) {
 }
 
 // publish publishes batch, leaving out what its contexts gave up on, and
-// settles every result.
-func (p *Publisher) publish(topic string, batch []*PublishResult) {
-	send := make([]*driver.Message, 0, len(batch))
-	index := make([]int, 0, len(batch))
-	errs := make([]error, len(batch))
+// returns each message's outcome.
+func (p *Publisher) publish(topic string, batch []*PublishResult) []error {
+	send, index, errs := p.sendable(topic, batch)
+	if len(send) > 0 {
+		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.timeout)
+		err := p.c.publishRetrying(ctx, topic, send, driver.PublishOptions{Durability: p.c.durability}, true)
+		cancel()
+		outcomes(topic, index, errs, err)
+	}
+	return errs
+}
+
+// queue hands batch to queuer and returns at once; a goroutine settles
+// the batch when queuer reports its outcome. false: nothing was queued
+// (the batch is then published the common way, which rides through what
+// kept it out).
+func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []*PublishResult, bytes int) bool {
+	send, index, errs := p.sendable(topic, batch)
+	if len(send) == 0 {
+		p.settle(batch, bytes, errs)
+		return true
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.timeout)
+	p.senders.Add(1) // Close waits for the outcome
+	err := p.c.queue(ctx, queuer, topic, send, driver.PublishOptions{Durability: p.c.durability}, func(err error) {
+		cancel()
+		// Settled on a goroutine of its own: hooks and whoever waits on
+		// a result must not hold up the transport's client.
+		go func() {
+			defer p.senders.Done()
+			outcomes(topic, index, errs, err)
+			p.settle(batch, bytes, errs)
+		}()
+	})
+	if err != nil {
+		cancel()
+		p.senders.Done()
+		return false
+	}
+	return true
+}
+
+// sendable returns the messages of batch to send (their positions in
+// batch in index) and the outcomes, already set for the messages whose
+// contexts gave up before the batch left.
+func (p *Publisher) sendable(topic string, batch []*PublishResult) (send []*driver.Message, index []int, errs []error) {
+	send = make([]*driver.Message, 0, len(batch))
+	index = make([]int, 0, len(batch))
+	errs = make([]error, len(batch))
 	for i, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			errs[i] = fmt.Errorf("omnibus: publish %q: message %q not sent: %w", topic, r.id, err)
@@ -390,23 +439,28 @@ func (p *Publisher) publish(topic string, batch []*PublishResult) {
 		send = append(send, &r.msg)
 		index = append(index, i)
 	}
-	if len(send) > 0 {
-		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.timeout)
-		err := p.c.publishRetrying(ctx, topic, send, driver.PublishOptions{Durability: p.c.durability}, true)
-		cancel()
-		var pe *PublishError
-		switch {
-		case err == nil:
-		case errors.As(err, &pe):
-			for _, f := range pe.Failed {
-				errs[index[f.Index]] = fmt.Errorf("omnibus: publish %q: message %q: %w", topic, f.ID, f.Err)
-			}
-		default:
-			for _, i := range index {
-				errs[i] = err
-			}
+	return send, index, errs
+}
+
+// outcomes sets errs (at index's positions) from the publish's error.
+func outcomes(topic string, index []int, errs []error, err error) {
+	var pe *PublishError
+	switch {
+	case err == nil:
+	case errors.As(err, &pe):
+		for _, f := range pe.Failed {
+			errs[index[f.Index]] = fmt.Errorf("omnibus: publish %q: message %q: %w", topic, f.ID, f.Err)
+		}
+	default:
+		for _, i := range index {
+			errs[i] = err
 		}
 	}
+}
+
+// settle gives every result of batch its outcome and releases the
+// batch's room in the buffer.
+func (p *Publisher) settle(batch []*PublishResult, bytes int, errs []error) {
 	for i, r := range batch {
 		r.err = errs[i]
 		close(r.ready)
@@ -414,6 +468,16 @@ func (p *Publisher) publish(topic string, batch []*PublishResult) {
 			r.end(r.err)
 		}
 	}
+	p.mu.Lock()
+	p.msgs -= len(batch)
+	p.size -= bytes
+	close(p.room)
+	p.room = make(chan struct{})
+	if p.msgs == 0 {
+		close(p.idle)
+		p.idle = make(chan struct{})
+	}
+	p.mu.Unlock()
 }
 
 // Flush starts every queued batch at once (lingers cut short) and waits

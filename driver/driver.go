@@ -111,6 +111,25 @@ type Conn interface {
 	Close() error
 }
 
+// Queuer is implemented by a Conn whose client keeps its own window of
+// publishes in flight, in order, and rides through faults by itself
+// without reordering (franz-go's idempotent producer). Queue hands msgs to
+// that window and returns once they are queued behind everything queued
+// before, without waiting for their outcome (it may wait for room in the
+// client's buffer, bounded by ctx); done is then called once, on one of
+// the client's goroutines, with what Publish would have returned. done
+// must not block. An error from Queue means nothing was queued and done
+// is not called.
+//
+// The portable layer's Publisher queues its batches through it instead
+// of waiting for each (a Publish per batch), and does not publish again
+// what done reports failed: the client has already tried for as long as
+// its delivery timeout allows, and a second try would land after
+// messages queued since.
+type Queuer interface {
+	Queue(ctx context.Context, topic string, msgs []*Message, opts PublishOptions, done func(error)) error
+}
+
 // Message is a message as the driver puts it on, and takes it off, the
 // wire. The portable layer fills ID and Time before publishing. Drivers
 // whose transport has headers map it onto the transport's CloudEvents

@@ -143,6 +143,12 @@
 // context ends; a record produced again is a new record to Kafka, so one
 // that had landed is stored twice (the same ID in ce_id).
 //
+// An omnibus.Publisher queues its batches into franz-go's producer
+// (driver.Queuer) without waiting for each, as Produce with a promise is
+// used: the producer keeps a key's records in order across batches and
+// its own retries, and what it gives up on fails without being produced
+// again (a second try would land behind the records produced since).
+//
 // A subscription is a member of a Kafka consumer group (group.id is the
 // omnibus group) using the cooperative-sticky balancer; each assigned
 // partition is a lane named by its number ("0", "1", ...), and a

@@ -9,9 +9,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -32,9 +34,19 @@ const (
 
 // record turns m into a Kafka record of topic.
 func record(topic string, m *driver.Message) *kgo.Record {
+	// The header values and the key share one buffer: one allocation
+	// where a []byte per value would be seven or more. A value appended
+	// after the buffer grew stays where it was written.
+	n := len(driver.SpecVersion) + len(m.ID) + len(m.Type) + len(m.Source) + 2*len(m.Key) + len(time.RFC3339Nano) + len(m.ContentType)
+	for _, v := range m.Headers {
+		n += len(v)
+	}
+	buf := make([]byte, 0, n)
 	hs := make([]kgo.RecordHeader, 0, 7+len(m.Headers))
 	driver.KafkaBinding.Encode(m, func(name, value string) {
-		hs = append(hs, kgo.RecordHeader{Key: name, Value: []byte(value)})
+		at := len(buf)
+		buf = append(buf, value...)
+		hs = append(hs, kgo.RecordHeader{Key: name, Value: buf[at:len(buf):len(buf)]})
 	})
 	// The record timestamp is the publish time (kgo sets it), as with the
 	// Java producer: retention and delivery timeouts count from it, so a
@@ -43,7 +55,9 @@ func record(topic string, m *driver.Message) *kgo.Record {
 	// ce_time.
 	r := &kgo.Record{Topic: topic, Value: m.Body, Headers: hs}
 	if m.Key != "" {
-		r.Key = []byte(m.Key)
+		at := len(buf)
+		buf = append(buf, m.Key...)
+		r.Key = buf[at:len(buf):len(buf)]
 	}
 	if r.Value == nil {
 		r.Value = []byte{} // an empty body, not a tombstone
@@ -56,16 +70,45 @@ func record(topic string, m *driver.Message) *kgo.Record {
 // asked for (acks 0, 1 or all); records that fail are reported one by one
 // in a *driver.MessageErrors.
 func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions) error {
-	if err := c.checkOpen("publish", topic); err != nil {
+	done := make(chan error, 1)
+	if err := c.Queue(ctx, topic, msgs, opts, func(err error) { done <- err }); err != nil {
 		return err
 	}
-	if len(msgs) == 0 {
-		return nil
+	// kgo looks at ctx only between requests; Publish returns when ctx
+	// ends even while a broker does not answer. The records then fail
+	// inside kgo (cancellation of idempotent records is allowed).
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done: // finished at the same moment
+			return err
+		default:
+			return fmt.Errorf("kafkabus: publish %q: %d message(s): %w: %w", topic, len(msgs), driver.ErrOutcomeUnknown, ctx.Err())
+		}
+	}
+}
+
+// Queue implements driver.Queuer: it produces the batch's records, in
+// order, into the producer's buffer (waiting for room there while ctx
+// allows) and calls done once every record has its outcome, with the
+// records that failed reported one by one in a *driver.MessageErrors.
+// franz-go's producer keeps a partition's records in order across its
+// retries (idempotently at durability all), for as long as
+// delivery_timeout.
+func (c *conn) Queue(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions, done func(error)) error {
+	if err := c.checkOpen("publish", topic); err != nil {
+		return err
 	}
 	if opts.DeadLetter {
 		c.mu.Lock()
 		c.dead[topic] = true
 		c.mu.Unlock()
+	}
+	if len(msgs) == 0 {
+		done(nil)
+		return nil
 	}
 	if err := c.ensureTopic(ctx, "publish", topic); err != nil {
 		return err
@@ -74,48 +117,53 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	if err != nil {
 		return fmt.Errorf("kafkabus: publish %q: %w", topic, err)
 	}
-	recs := make([]*kgo.Record, len(msgs))
+	b := &queued{c: c, topic: topic, msgs: msgs, done: done}
+	b.left.Store(int64(len(msgs)))
 	for i, m := range msgs {
-		recs[i] = record(topic, m)
-	}
-	// kgo looks at ctx only between requests; Publish returns when ctx
-	// ends even while a broker does not answer. The records then fail
-	// inside kgo (cancellation of idempotent records is allowed), which
-	// ends the goroutine.
-	done := make(chan kgo.ProduceResults, 1)
-	go func() { done <- p.ProduceSync(ctx, recs...) }()
-	var results kgo.ProduceResults
-	select {
-	case results = <-done:
-	case <-ctx.Done():
-		select {
-		case results = <-done: // finished at the same moment
-		default:
-			return fmt.Errorf("kafkabus: publish %q: %d message(s): %w: %w", topic, len(msgs), driver.ErrOutcomeUnknown, ctx.Err())
-		}
-	}
-	var errs []error
-	for _, r := range results {
-		if r.Err == nil {
-			continue
-		}
-		// Results come in completion order, not in the order given.
-		i := slices.Index(recs, r.Record)
-		if i < 0 {
-			continue
-		}
-		if errs == nil {
-			errs = make([]error, len(msgs))
-		}
-		if errors.Is(r.Err, driver.ErrNotFound) || errors.Is(classify(r.Err), driver.ErrNotFound) {
-			c.forget(topic)
-		}
-		errs[i] = fmt.Errorf("kafkabus: publish %q: message %q: %w", topic, msgs[i].ID, classify(r.Err))
-	}
-	if errs != nil {
-		return &driver.MessageErrors{Errs: errs}
+		p.Produce(ctx, record(topic, m), func(_ *kgo.Record, err error) { b.settle(i, err) })
 	}
 	return nil
+}
+
+// queued is a batch handed to the producer, until its last record's
+// outcome. Promises may run on several of kgo's goroutines at once: mu
+// guards errs.
+type queued struct {
+	c     *conn
+	topic string
+	msgs  []*driver.Message
+	done  func(error)
+	left  atomic.Int64
+	mu    sync.Mutex
+	errs  []error // nil while every record landed
+}
+
+// settle records the outcome of record i, and reports the batch's after
+// the last.
+func (b *queued) settle(i int, err error) {
+	if err != nil {
+		if errors.Is(err, driver.ErrNotFound) || errors.Is(classify(err), driver.ErrNotFound) {
+			b.c.forget(b.topic)
+		}
+		err = fmt.Errorf("kafkabus: publish %q: message %q: %w", b.topic, b.msgs[i].ID, classify(err))
+		b.mu.Lock()
+		if b.errs == nil {
+			b.errs = make([]error, len(b.msgs))
+		}
+		b.errs[i] = err
+		b.mu.Unlock()
+	}
+	if b.left.Add(-1) > 0 {
+		return
+	}
+	b.mu.Lock()
+	errs := b.errs
+	b.mu.Unlock()
+	if errs != nil {
+		b.done(&driver.MessageErrors{Errs: errs})
+		return
+	}
+	b.done(nil)
 }
 
 // laneName is the lane id of partition p.

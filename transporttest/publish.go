@@ -7,6 +7,7 @@ package transporttest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -124,4 +125,58 @@ func (s *suite) testPublishErrors(t *testing.T) {
 	if len(pe.Failed) != 1 || pe.Failed[0].Index != 1 || !errors.Is(err, omnibus.ErrTooLarge) {
 		t.Fatalf("failures %+v, want only index 1 failing with ErrTooLarge", pe.Failed)
 	}
+}
+
+// testPublisher: the asynchronous Publisher, from one goroutine, in
+// batches small enough that many are in flight at once: every message
+// lands once, each key's in the order given (where lanes are ordered),
+// and an oversized message fails alone with ErrTooLarge.
+func (s *suite) testPublisher(t *testing.T) {
+	pub, sub := s.open(t), s.open(t)
+	topic := s.topic(t, pub)
+	col := newCollector()
+	k := s.subscribe(t, sub, topic, col.handler, earliest(sub)...)
+	stop := run(t, k)
+	p, err := pub.Publisher(omnibus.BatchSize(37, 1<<20))
+	if err != nil {
+		t.Fatalf("Publisher: %v", err)
+	}
+	defer func() { _ = p.Close(context.Background()) }()
+	const n, keys = 3000, 50
+	max := pub.Capabilities().MaxMessageBytes
+	var ids []string
+	var results []*omnibus.PublishResult
+	var big *omnibus.PublishResult
+	for i := range n {
+		m := &omnibus.Message{
+			Key:     "key" + strconv.Itoa(i%keys),
+			Type:    "test.event",
+			Headers: map[string]string{headerSeq: strconv.FormatInt(seqs.Add(1), 10)},
+			Body:    []byte("x"),
+		}
+		r, err := p.Publish(ctxT(t), topic, m)
+		if err != nil {
+			t.Fatalf("Publisher.Publish %d: %v", i, err)
+		}
+		ids, results = append(ids, m.ID), append(results, r)
+		if i == n/2 && max > 0 {
+			if big, err = p.Publish(ctxT(t), topic, &omnibus.Message{Key: m.Key, Body: make([]byte, max+1)}); err != nil {
+				t.Fatalf("Publisher.Publish (oversized): %v", err)
+			}
+		}
+	}
+	if err := p.Flush(ctxT(t)); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	for i, r := range results {
+		if err := r.Err(); err != nil {
+			t.Fatalf("message %d (%s): %v", i, r.ID(), err)
+		}
+	}
+	if big != nil && !errors.Is(big.Err(), omnibus.ErrTooLarge) {
+		t.Errorf("oversized message: got %v, want ErrTooLarge", big.Err())
+	}
+	col.await(t, ids)
+	stop()
+	col.check(t, orderOf(pub), false)
 }

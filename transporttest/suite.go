@@ -37,6 +37,7 @@ func Run(t *testing.T, h Harness) {
 		{"RoundTrip", s.testRoundTrip},
 		{"Bodies", s.testBodies},
 		{"PublishErrors", s.testPublishErrors},
+		{"Publisher", s.testPublisher},
 		{"OrderPerLane", s.testOrderPerLane},
 		{"OrderPerKey", s.testOrderPerKey},
 		{"GroupSplitsAndTakesOver", s.testGroupTakeover},
