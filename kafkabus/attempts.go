@@ -80,37 +80,46 @@ func (s *sub) noteHeads(committed kadm.OffsetResponses, ps []int32) {
 	}
 }
 
-// claim gives d its Attempt when d is the first delivery of its
-// partition at the committed offset: the holders that began it, plus
-// this one. It records this member's claim only when none did (Begin
-// records a suspect's when it runs). Other deliveries are left alone. A failed record leaves d uncounted (Attempt
+// claim gives each delivery of ds that is the first of its partition at
+// the committed offset its Attempt: the holders that began it, plus this
+// one. It records this member's claims only where none did (Begin
+// records a suspect's when it runs), all in one commit. Other deliveries
+// are left alone. A failed record leaves its delivery uncounted (Attempt
 // 0): the count is a safeguard, not a reason to stop.
-func (s *sub) claim(ctx context.Context, d *driver.Delivery) {
-	pos := d.Token.(*position)
+func (s *sub) claim(ctx context.Context, ds []*driver.Delivery) {
+	var firsts []*driver.Delivery
+	var at []position
 	s.mu.Lock()
-	h, ok := s.heads[pos.partition]
-	if !ok || !h.claim {
-		s.mu.Unlock()
-		return
+	for _, d := range ds {
+		pos := d.Token.(*position)
+		h, ok := s.heads[pos.partition]
+		if !ok || !h.claim {
+			continue
+		}
+		h.claim = false
+		s.heads[pos.partition] = h
+		switch {
+		case h.offset < 0: // no commit: the group starts here
+		case pos.offset != h.offset:
+			continue // the committed offset was out of range: nothing began here
+		case h.begun > 0:
+			// Begun before: a suspect, recorded by Begin when it runs.
+			d.Attempt = h.begun + 1
+			continue
+		}
+		firsts, at = append(firsts, d), append(at, *pos)
 	}
-	h.claim = false
-	s.heads[pos.partition] = h
 	s.mu.Unlock()
-	switch {
-	case h.offset < 0: // no commit: the group starts here
-	case pos.offset != h.offset:
-		return // the committed offset was out of range: nothing began here
-	case h.begun > 0:
-		// Begun before: a suspect, recorded by Begin when it runs.
-		d.Attempt = h.begun + 1
+	if len(firsts) == 0 {
 		return
 	}
-	n, err := s.record(ctx, *pos, 1)
-	if err != nil {
-		s.conn.log.Warn("recording a partition claim's first record failed; it runs uncounted", "topic", s.topic, "partition", pos.partition, "err", err)
-		return
+	for i, err := range s.record(ctx, at, 1) {
+		if err != nil {
+			s.conn.log.Warn("recording a partition claim's first record failed; it runs uncounted", "topic", s.topic, "partition", at[i].partition, "err", err)
+			continue
+		}
+		firsts[i].Attempt = 1
 	}
-	d.Attempt = n
 }
 
 // Begin implements driver.AttemptKeeper: d's offset is the committed
@@ -128,49 +137,83 @@ func (s *sub) Begin(ctx context.Context, d *driver.Delivery) (int, error) {
 	if h.offset == pos.offset {
 		n = h.begun + 1
 	}
-	return s.record(ctx, *pos, n)
-}
-
-// record commits pos's offset with the metadata saying that n holders
-// began it, as this member of the group's current generation.
-func (s *sub) record(ctx context.Context, pos position, n int) (int, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	s.mu.Lock()
-	owned := s.owned[pos.partition]
-	s.mu.Unlock()
-	if !owned {
-		return 0, fmt.Errorf("kafkabus: begin %q partition %d: %w", s.topic, pos.partition, ErrNotOwner)
-	}
-	id, err := s.topicID(ctx)
-	if err != nil {
+	if err := s.record(ctx, []position{*pos}, n)[0]; err != nil {
 		return 0, err
 	}
+	return n, nil
+}
+
+// record commits each of at's offsets, in one request, with the metadata
+// saying that n holders began it, as this member of the group's current
+// generation; it returns each one's error.
+func (s *sub) record(ctx context.Context, at []position, n int) []error {
+	errs := make([]error, len(at))
+	fail := func(i int, err error) {
+		errs[i] = fmt.Errorf("kafkabus: begin %q partition %d group %q: %w", s.topic, at[i].partition, s.group, err)
+	}
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	id, err := s.topicID(ctx)
+	if err != nil {
+		for i := range at {
+			errs[i] = err
+		}
+		return errs
+	}
 	member, generation := s.cl.GroupMetadata()
-	meta := begunMeta(pos.offset, n)
 	req := kmsg.NewPtrOffsetCommitRequest()
 	req.Group, req.Generation, req.MemberID = s.group, generation, member
 	rt := kmsg.NewOffsetCommitRequestTopic()
 	rt.Topic, rt.TopicID = s.topic, id // by ID from OffsetCommit v10 on
-	rp := kmsg.NewOffsetCommitRequestTopicPartition()
-	rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = pos.partition, pos.offset, pos.epoch, &meta
-	rt.Partitions = append(rt.Partitions, rp)
+	index := map[int32]int{}
+	s.mu.Lock()
+	for i, pos := range at {
+		if !s.owned[pos.partition] {
+			errs[i] = fmt.Errorf("kafkabus: begin %q partition %d: %w", s.topic, pos.partition, ErrNotOwner)
+			continue
+		}
+		meta := begunMeta(pos.offset, n)
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = pos.partition, pos.offset, pos.epoch, &meta
+		rt.Partitions = append(rt.Partitions, rp)
+		index[pos.partition] = i
+	}
+	s.mu.Unlock()
+	if len(rt.Partitions) == 0 {
+		return errs
+	}
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, s.cl)
-	if err == nil {
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				err = errors.Join(err, kerr.ErrorForCode(p.ErrorCode))
+	if err != nil {
+		for _, i := range index {
+			fail(i, classify(err))
+		}
+		return errs
+	}
+	answered := map[int32]bool{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			i, ok := index[p.Partition]
+			if !ok {
+				continue
+			}
+			answered[p.Partition] = true
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				fail(i, classify(err))
 			}
 		}
 	}
-	if err != nil {
-		return 0, fmt.Errorf("kafkabus: begin %q partition %d group %q: %w", s.topic, pos.partition, s.group, classify(err))
-	}
 	s.mu.Lock()
-	s.heads[pos.partition] = head{offset: pos.offset, begun: n}
+	for p, i := range index {
+		switch {
+		case !answered[p]:
+			fail(i, errors.New("no answer for the partition"))
+		case errs[i] == nil:
+			s.heads[p] = head{offset: at[i].offset, begun: n}
+		}
+	}
 	s.mu.Unlock()
-	return n, nil
+	return errs
 }
 
 // topicID returns the topic's ID, read once.

@@ -93,8 +93,6 @@ func (s *sub) fit(ctx context.Context, room driver.Room) []*driver.Delivery {
 	}
 	s.mu.Unlock()
 	c.turn = append(waiting, served...)
-	for _, d := range ds {
-		s.claim(ctx, d)
-	}
+	s.claim(ctx, ds)
 	return ds
 }

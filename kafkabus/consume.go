@@ -66,6 +66,9 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		return nil, fmt.Errorf("kafkabus: subscribe %q: %w", topic, driver.ErrClosed)
 	}
 
+	// The topic's ID, which recording a claim needs (attempts.go), is
+	// read while kgo joins the group; a failure is retried there.
+	_, _ = s.topicID(ctx)
 	wait := time.NewTimer(c.cfg.rebalanceTimeout + c.cfg.sessionTimeout)
 	defer wait.Stop()
 	var werr error
