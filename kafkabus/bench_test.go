@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
@@ -61,7 +62,7 @@ func benchKafka(b *testing.B) *kfake.Cluster {
 	return benchCluster
 }
 
-func benchTopic(b *testing.B, c *omnibus.Client) string {
+func benchTopic(b *testing.B, cluster *kfake.Cluster, c *omnibus.Client) string {
 	topic := "bench-" + strconv.FormatInt(benchTopicN.Add(1), 10)
 	if err := c.CreateTopic(context.Background(), topic, 4); err != nil {
 		b.Fatalf("CreateTopic: %v", err)
@@ -69,7 +70,7 @@ func benchTopic(b *testing.B, c *omnibus.Client) string {
 	// kfake keeps every record in memory: a side's records deleted after
 	// it do not make the next side's collector scan them.
 	b.Cleanup(func() {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(benchKafka(b).ListenAddrs()...))
+		cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
 		if err != nil {
 			return
 		}
@@ -161,7 +162,7 @@ func BenchmarkPublish(b *testing.B) {
 		body := make([]byte, s.size)
 		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
-			topic := benchTopic(b, c)
+			topic := benchTopic(b, cluster, c)
 			seq := 0
 			_ = c.Publish(context.Background(), topic, omnibusMessages(1, body, &seq)...) // warm up the producer
 			b.ResetTimer()
@@ -174,7 +175,7 @@ func BenchmarkPublish(b *testing.B) {
 			reportRate(b, b.N, rates, "omnibus/"+s.name)
 		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
-			topic := benchTopic(b, c)
+			topic := benchTopic(b, cluster, c)
 			cl := rawProducer(b, cluster)
 			seq := 0
 			_ = cl.ProduceSync(context.Background(), rawRecords(topic, 1, body, &seq)...).FirstErr()
@@ -195,13 +196,33 @@ func BenchmarkPublish(b *testing.B) {
 // an omnibus Publisher, then Flush; franz-go's Produce with a promise,
 // then Flush.
 func BenchmarkPublishAsync(b *testing.B) {
-	cluster := benchKafka(b)
+	publishAsync(b, benchKafka(b))
+}
+
+// BenchmarkPublishAsyncRTT is BenchmarkPublishAsync on a cluster that
+// answers each produce request 2ms late, as a broker across a network
+// does: what is in flight at once, not the CPU, sets the rate.
+func BenchmarkPublishAsyncRTT(b *testing.B) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(3))
+	if err != nil {
+		b.Fatalf("kfake: %v", err)
+	}
+	defer cluster.Close()
+	cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		cluster.SleepControl(func() { time.Sleep(2 * time.Millisecond) })
+		return nil, nil, false // then handled as usual
+	})
+	publishAsync(b, cluster)
+}
+
+func publishAsync(b *testing.B, cluster *kfake.Cluster) {
 	rates := map[string]float64{}
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
 		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
-			topic := benchTopic(b, c)
+			topic := benchTopic(b, cluster, c)
 			p, err := c.Publisher()
 			if err != nil {
 				b.Fatal(err)
@@ -229,7 +250,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 			reportRate(b, b.N, rates, "omnibus/"+s.name)
 		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
-			topic := benchTopic(b, c)
+			topic := benchTopic(b, cluster, c)
 			cl := rawProducer(b, cluster)
 			seq := 0
 			_ = cl.ProduceSync(context.Background(), rawRecords(topic, 1, body, &seq)...).FirstErr()
@@ -293,7 +314,7 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 	body := make([]byte, s.size)
 	benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 		c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
-		topic := benchTopic(b, c)
+		topic := benchTopic(b, cluster, c)
 		seq := 0
 		_ = c.Publish(context.Background(), topic, omnibusMessages(1, body, &seq)...)
 		b.ResetTimer()
@@ -304,7 +325,7 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 		reportRate(b, b.N, nil, "")
 	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		c := open(b, "kafka://"+cluster.ListenAddrs()[0])
-		topic := benchTopic(b, c)
+		topic := benchTopic(b, cluster, c)
 		cl := rawProducer(b, cluster)
 		seq := 0
 		_ = cl.ProduceSync(context.Background(), rawRecords(topic, 1, body, &seq)...).FirstErr()
@@ -321,7 +342,7 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 // fill publishes n records of size to a new topic, untimed.
 func fill(b *testing.B, cluster *kfake.Cluster, c *omnibus.Client, n int, body []byte) string {
 	b.Helper()
-	topic := benchTopic(b, c)
+	topic := benchTopic(b, cluster, c)
 	cl := rawProducer(b, cluster)
 	seq := 0
 	for i := 0; i < n; i += 1000 {
@@ -459,7 +480,7 @@ func BenchmarkLatency(b *testing.B) {
 	cluster := benchKafka(b)
 	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 		c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
-		topic := benchTopic(b, c)
+		topic := benchTopic(b, cluster, c)
 		p, err := c.Publisher()
 		if err != nil {
 			b.Fatal(err)
@@ -490,7 +511,7 @@ func BenchmarkLatency(b *testing.B) {
 		})
 	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		c := open(b, "kafka://"+cluster.ListenAddrs()[0])
-		topic := benchTopic(b, c)
+		topic := benchTopic(b, cluster, c)
 		pr := rawProducer(b, cluster, kgo.ProducerLinger(0))
 		cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumerGroup("bench-"+topic),
 			kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
