@@ -26,13 +26,28 @@ import (
 // MultiPublish of plain bodies, and a Consumer whose handler returns nil
 // (go-nsq sends FIN). omnibus's messages carry more (the CloudEvents
 // envelope: ID, time, the body in base64), which is part of what is
-// measured. Beside the rates (msgs/s and their ratio) each side reports
-// its processor time per message, this process and nsqd together
+// measured; the binary-* cases publish in the binary envelope
+// (envelope=binary), which carries the body as it is. Beside the rates
+// (msgs/s and their ratio) each side reports its processor time per
+// message, this process and nsqd together
 // (cpu-us/msg, nsqd's share as nsqd-cpu-us/msg), and cpu-ratio, raw's
 // over omnibus's: on a machine whose cores other work shares, it varies
 // less than the rates.
 
 const benchBatch = 100
+
+// benchSizes are the benchmarks' cases: a body size, and omnibus's URL
+// parameters (the envelope). Raw go-nsq sends the same bodies in each.
+var benchSizes = []struct {
+	name   string
+	bytes  int
+	params []string
+}{
+	{"100B", 100, nil},
+	{"1024B", 1024, nil},
+	{"binary-100B", 100, []string{"envelope=binary"}},
+	{"binary-1024B", 1024, []string{"envelope=binary"}},
+}
 
 // benchWindow is the consume benchmark's in-flight window, the same on
 // both sides: omnibus.MaxInFlight, and go-nsq's max_in_flight.
@@ -146,10 +161,10 @@ func benchTopic(b *testing.B, n *nsqtest.NSQD, suffixes ...string) string {
 // shared machine weighs on both sides alike.
 func BenchmarkPublish(b *testing.B) {
 	n := benchServer(b)
-	for _, size := range []int{100, 1024} {
-		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
-			body := make([]byte, size)
-			c := open(b, n.URL())
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			body := make([]byte, size.bytes)
+			c := open(b, n.URL(size.params...))
 			p := rawProducer(b, n.TCPAddr())
 			topic := benchTopic(b, n, "-raw")
 			omnibusPublish(b, c, topic, benchBatch, body) // warm up
@@ -179,10 +194,10 @@ func BenchmarkPublish(b *testing.B) {
 // side's time.
 func BenchmarkConsume(b *testing.B) {
 	n := benchServer(b)
-	for _, size := range []int{100, 1024} {
-		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
-			body := make([]byte, size)
-			c := open(b, n.URL())
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			body := make([]byte, size.bytes)
+			c := open(b, n.URL(size.params...))
 			p := rawProducer(b, n.TCPAddr())
 			topic := benchTopic(b, n, "-1", "-2", "-raw1", "-raw2")
 			half := max(1, b.N/2)

@@ -160,6 +160,9 @@ func (b *batch) command(topic string) *nsq.Command {
 // message size, which are not sent.
 func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error, emit func(*batch)) {
 	est := func(m *driver.Message) int {
+		if c.cfg.binary {
+			return 4 + m.Size() + 16 + 4*len(m.Headers)
+		}
 		return 4 + len(m.Body)/3*4 + 4 + m.Size() - len(m.Body) + 160 + 8*len(m.Headers)
 	}
 	left := 4
@@ -177,11 +180,15 @@ func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error,
 		left -= est(m)
 		start := len(cur.body)
 		cur.body = append(cur.body, 0, 0, 0, 0)
-		cur.body = enc.encode(cur.body, m)
+		if c.cfg.binary {
+			cur.body = encodeBinary(cur.body, m)
+		} else {
+			cur.body = enc.encode(cur.body, m)
+		}
 		n := len(cur.body) - start - 4
 		if n > c.limits.maxMsg {
 			cur.body = cur.body[:start]
-			errs[i] = fmt.Errorf("nsqbus: publish %q: message %q is %d bytes as a CloudEvent, nsqd's max-msg-size is %d: %w",
+			errs[i] = fmt.Errorf("nsqbus: publish %q: message %q is %d bytes encoded, nsqd's max-msg-size is %d: %w",
 				topic, m.ID, n, c.limits.maxMsg, driver.ErrTooLarge)
 			continue
 		}
