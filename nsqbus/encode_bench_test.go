@@ -31,7 +31,7 @@ func benchmarkEncodeBatch(b *testing.B, env string, size int) {
 			errs := make([]error, len(ms))
 			b.ReportAllocs()
 			for b.Loop() {
-				c.encodeBatches("t", ms, errs, func(b *batch) { putBody(b.body) }) // as Publish does once answered
+				c.encodeBatches("t", ms, errs, func(b *batch) { putBatch(b) }) // as Publish does once answered
 			}
 		})
 	}
