@@ -101,22 +101,24 @@
 // Why a second envelope, and why not the default: what a publish costs
 // follows the bytes, at nsqd above all, which reads each message into a
 // buffer of its own and keeps it. A binary body of 100 bytes is a JSON
-// event of about 250 (the body in base64, member names, the time as
-// text) and a binary envelope of about 135; at 1 KiB, 1,450 and 1,060.
-// Measured against raw go-nsq publishing the bare bodies (MPUB of 100,
-// one nsqd, alternated rounds on a 2-core machine shared with other
-// work, rate ratios): the JSON event reaches 0.6-0.75 at 100 B and
-// 0.75-0.9 at 1 KiB, the binary envelope 0.85-0.95 and 1.2-1.5. The
+// event of 242 (the body in base64, member names, the time as text) and
+// a binary envelope of 137; at 1 KiB, 1,474 and 1,061. Measured against
+// raw go-nsq publishing the bare bodies (MPUB of 100, one nsqd, medians
+// of 20 alternated rounds on a 2-core machine shared with other work,
+// rate ratios): the JSON event reaches 0.6-0.7 at 100 B and 0.75-0.9 at
+// 1 KiB, the binary envelope 0.8-0.85 and 1.4. At 100 B what remains is
+// the collector's work on the allocations of the caller and the engine
+// per message (with GOGC=400 the binary envelope reaches 0.91). The
 // options weighed: putting the body in "data" rather than data_base64
 // already happens where the content type allows (JSON in a JSON type,
 // text/* in UTF-8) and cannot hold arbitrary bytes; sending a batch in
 // smaller MPUB commands as it is encoded, to overlap the client's work
-// with nsqd's, made it slower (0.4 at 100 B: each command is a round of
-// wake-ups on both sides); encoding is no longer what counts (a batch
-// of 100 messages of 100 B takes about 15 us in JSON, 3 us in binary,
-// BenchmarkEncodeBatch). The JSON event stays the default because it
-// is what any CloudEvents reader understands, which users of a topic
-// other than omnibus rely on.
+// with nsqd's, made it slower (0.42 at 100 B, 0.37 at 1 KiB: each
+// command is a round of wake-ups on both sides); encoding is no longer
+// what counts (a batch of 100 messages of 100 B takes about 15 us in
+// JSON, 3 us in binary, BenchmarkEncodeBatch). The JSON event stays the
+// default because it is what any CloudEvents reader understands, which
+// users of a topic other than omnibus may rely on.
 //
 // # Delivery semantics
 //
