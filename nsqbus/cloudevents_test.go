@@ -66,6 +66,48 @@ func TestCloudEventsSDK(t *testing.T) {
 		cetest.CheckDelivered(t, rawToOmnibus(ctx, t, c, n.TCPAddr(), topic, body), want)
 	})
 
+	t.Run("binary envelope", func(t *testing.T) {
+		// A client with envelope=binary publishes; one without reads
+		// (readers take both envelopes), and so does go-nsq, which gets
+		// the envelope itself.
+		topic := fmt.Sprintf("ce-binary-%x", rand.Uint32())
+		t.Cleanup(func() { deleteTopic(t, topic) })
+		cb := open(t, directURL(t, "envelope=binary"))
+		want := cetest.Message()
+		want.Body = []byte{0, 1, 2, 0xff}
+		want.ContentType = ""
+		got := make(chan *omnibus.Message, 1)
+		k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
+			select {
+			case got <- clone(m):
+			default:
+			}
+			return nil
+		}, omnibus.Group("omnibus"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, k)
+		if err := postNSQD(n.HTTPAddr(), "/channel/create", topic, "raw"); err != nil {
+			t.Fatal(err)
+		}
+		if err := cb.Publish(ctx, topic, want); err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+		select {
+		case m := <-got:
+			if m.ID != want.ID || m.Type != want.Type || m.Source != want.Source || m.ContentType != want.ContentType || m.Key != want.Key ||
+				!m.Time.Equal(want.Time) || !bytes.Equal(m.Body, want.Body) || !maps.Equal(m.Headers, want.Headers) {
+				t.Errorf("delivered %+v\nwant %+v", m, want)
+			}
+		case <-ctx.Done():
+			t.Fatal("omnibus received nothing")
+		}
+		if body := rawReceive(t, n.TCPAddr(), topic, "raw"); !bytes.HasPrefix(body, []byte("\x00OMB\x01")) || !bytes.HasSuffix(body, want.Body) {
+			t.Errorf("go-nsq received %q; want the binary envelope", body)
+		}
+	})
+
 	t.Run("omnibus reads plain NSQ", func(t *testing.T) {
 		topic := fmt.Sprintf("ce-plain-%x", rand.Uint32())
 		t.Cleanup(func() { deleteTopic(t, topic) })

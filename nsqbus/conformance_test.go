@@ -54,6 +54,9 @@ func TestConformance(t *testing.T) {
 	t.Run("lookup", func(t *testing.T) {
 		transporttest.Run(t, harness(lookupURL(t, msgTimeout), restartShared))
 	})
+	t.Run("binary", func(t *testing.T) { // the binary envelope
+		transporttest.Run(t, harness(directURL(t, msgTimeout, "envelope=binary"), restartShared))
+	})
 }
 
 // TestFaults runs the fault suite on an nsqd of the test's own, which

@@ -80,7 +80,16 @@ func TestDecodeForeign(t *testing.T) {
 // size, each message framed by its size and decoding to itself; those
 // over the message size are left out, with ErrTooLarge.
 func TestBatches(t *testing.T) {
-	c := &conn{limits: limits{maxMsg: 600, maxBody: 2000}}
+	for _, bin := range []bool{false, true} {
+		testBatches(t, bin)
+	}
+}
+
+func testBatches(t *testing.T, bin bool) {
+	c := &conn{cfg: &config{binary: bin}, limits: limits{maxMsg: 600, maxBody: 2000}}
+	if bin {
+		c.limits.maxMsg, c.limits.maxBody = 400, 1200 // 300 bytes fit as they are
+	}
 	var msgs []*driver.Message
 	for i := range 12 {
 		size := 300
@@ -106,14 +115,18 @@ func TestBatches(t *testing.T) {
 				t.Errorf("message %d framed as %d bytes, is %d", i, size, len(b.msg(j)))
 			}
 			var got driver.Message
-			if !decode(b.msg(j), &got) || got.ID != msgs[i].ID || !bytes.Equal(got.Body, msgs[i].Body) {
+			dec := decode
+			if bin {
+				dec = decodeBinary
+			}
+			if !dec(b.msg(j), &got) || got.ID != msgs[i].ID || !bytes.Equal(got.Body, msgs[i].Body) {
 				t.Errorf("message %d decodes to %+v", i, got)
 			}
 			seen++
 		}
 	}
 	if seen != 11 || !errors.Is(errs[5], driver.ErrTooLarge) || len(batches) < 3 {
-		t.Errorf("%d messages in %d batches, error of the large one %v; want 11, several batches, ErrTooLarge", seen, len(batches), errs[5])
+		t.Errorf("binary %v: %d messages in %d batches, error of the large one %v; want 11, several batches, ErrTooLarge", bin, seen, len(batches), errs[5])
 	}
 }
 

@@ -201,8 +201,12 @@ var defaultLimits = limits{maxMsg: 1 << 20, maxBody: 5 << 20, maxReq: time.Hour}
 const envelopeRoom = 512
 
 // bodyBytes is the largest message (driver.Message.Size) that fits in
-// maxMsg once encoded: a body in base64 takes 4 bytes for 3.
-func (l limits) bodyBytes() int {
+// maxMsg once encoded: a body in base64 takes 4 bytes for 3; in the
+// binary envelope it is as it is.
+func (l limits) bodyBytes(binary bool) int {
+	if binary {
+		return max(1, l.maxMsg-envelopeRoom)
+	}
 	return max(1, (l.maxMsg-envelopeRoom)*3/4)
 }
 

@@ -72,7 +72,7 @@ func (c *conn) Capabilities() driver.Capabilities {
 		ExclusiveLanes:  false,
 		Groups:          true,
 		Replay:          false,
-		MaxMessageBytes: c.limits.bodyBytes(),
+		MaxMessageBytes: c.limits.bodyBytes(c.cfg.binary),
 	}
 }
 

@@ -94,38 +94,64 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	if err != nil {
 		return fmt.Errorf("nsqbus: publish: %w", err)
 	}
-	errs := make([]error, len(msgs))
-	out := &sending{p: c.pub, topic: name, errs: errs, async: opts.Durability == driver.DurabilityNone}
-	var sent []*batch
-	c.encodeBatches(topic, msgs, errs, func(b *batch) {
+	out := getSending()
+	*out = sending{p: c.pub, topic: name, errs: out.errs[:0], async: opts.Durability == driver.DurabilityNone, waits: out.waits[:0], sent: out.sent[:0]}
+	out.errs = append(out.errs, make([]error, len(msgs))...)
+	c.encodeBatches(topic, msgs, out.errs, func(b *batch) {
 		out.send(ctx, b)
-		sent = append(sent, b)
+		out.sent = append(out.sent, b)
 	})
 	out.wait(ctx)
-	// Every command is written (a producer writes before send returns)
-	// and answered or given up: the bodies go back for the next Publish.
-	for _, b := range sent {
-		putBody(b.body)
+	// A batch nsqd answered goes back for the next Publish. One not
+	// answered (durability none, or ctx ended) is left alone: its
+	// command is pending, and a producer writes it again on a new
+	// connection after nsqd refused one before it.
+	for i, b := range out.sent {
+		if b.done {
+			putBatch(b)
+		}
+		out.sent[i] = nil
 	}
-	return batchError(topic, msgs, errs)
+	err = batchError(topic, msgs, out.errs)
+	if err == nil {
+		putSending(out)
+	}
+	return err
 }
 
-// bodies are MPUB bodies of earlier Publish calls, to be written over:
-// a body is a batch's size (up to nsqd's max-body-size), and a fresh one
-// would be zeroed first.
-var bodies sync.Pool
+// batches and sendings are those of earlier Publish calls, to be
+// written over: a batch's body is its size (up to nsqd's
+// max-body-size), and a fresh one would be zeroed first; the rest
+// (indexes, errors, answers) is a few bytes per message, which at 100
+// bytes a message was a tenth of what a Publish allocated. A sending
+// whose errors go to the caller is not reused.
+var batches, sendings sync.Pool
 
-// getBody returns a body of at least 4 bytes, with room for about size.
-func getBody(size int) []byte {
-	if p, ok := bodies.Get().(*[]byte); ok && cap(*p) >= size/2 {
-		return (*p)[:4]
+// getBatch returns an empty batch whose body has room for about size.
+func getBatch(size int) *batch {
+	if b, ok := batches.Get().(*batch); ok && cap(b.body) >= size/2 {
+		return b
 	}
-	return make([]byte, 4, size)
+	return &batch{body: make([]byte, 4, size)}
 }
 
-func putBody(b []byte) {
-	b = b[:0]
-	bodies.Put(&b)
+func putBatch(b *batch) {
+	b.body, b.idx, b.offs, b.done = b.body[:4], b.idx[:0], b.offs[:0], false
+	batches.Put(b)
+}
+
+func getSending() *sending {
+	if s, ok := sendings.Get().(*sending); ok {
+		return s
+	}
+	return &sending{}
+}
+
+func putSending(s *sending) {
+	clear(s.errs)
+	clear(s.waits)
+	*s = sending{errs: s.errs, waits: s.waits, sent: s.sent}
+	sendings.Put(s)
 }
 
 // batch is the body of one MPUB: the count of messages, then the size
@@ -134,6 +160,7 @@ type batch struct {
 	body []byte
 	idx  []int // the messages' indexes in the Publish call
 	offs []int // where each message starts in body (after its size)
+	done bool  // answered: no command holds body any more
 }
 
 // msg returns the j-th message's bytes.
@@ -160,6 +187,9 @@ func (b *batch) command(topic string) *nsq.Command {
 // message size, which are not sent.
 func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error, emit func(*batch)) {
 	est := func(m *driver.Message) int {
+		if c.cfg.binary {
+			return 4 + m.Size() + 16 + 4*len(m.Headers)
+		}
 		return 4 + len(m.Body)/3*4 + 4 + m.Size() - len(m.Body) + 160 + 8*len(m.Headers)
 	}
 	left := 4
@@ -168,26 +198,28 @@ func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error,
 	}
 	// A batch's buffer takes what is left to encode, up to the body
 	// size; a message that does not fit starts the next batch.
-	newBatch := func(rest int) *batch {
-		return &batch{body: getBody(min(left, c.limits.maxBody)), idx: make([]int, 0, rest), offs: make([]int, 0, rest)}
-	}
-	cur := newBatch(len(msgs))
+	newBatch := func() *batch { return getBatch(min(left, c.limits.maxBody)) }
+	cur := newBatch()
 	var enc encoder
 	for i, m := range msgs {
 		left -= est(m)
 		start := len(cur.body)
 		cur.body = append(cur.body, 0, 0, 0, 0)
-		cur.body = enc.encode(cur.body, m)
+		if c.cfg.binary {
+			cur.body = encodeBinary(cur.body, m)
+		} else {
+			cur.body = enc.encode(cur.body, m)
+		}
 		n := len(cur.body) - start - 4
 		if n > c.limits.maxMsg {
 			cur.body = cur.body[:start]
-			errs[i] = fmt.Errorf("nsqbus: publish %q: message %q is %d bytes as a CloudEvent, nsqd's max-msg-size is %d: %w",
+			errs[i] = fmt.Errorf("nsqbus: publish %q: message %q is %d bytes encoded, nsqd's max-msg-size is %d: %w",
 				topic, m.ID, n, c.limits.maxMsg, driver.ErrTooLarge)
 			continue
 		}
 		if len(cur.idx) > 0 && len(cur.body) > c.limits.maxBody {
 			// Over the body size with this message: it starts the next.
-			next := newBatch(len(msgs) - i)
+			next := newBatch()
 			next.body = append(next.body, cur.body[start:]...)
 			cur.body = cur.body[:start]
 			emit(cur)
@@ -238,6 +270,7 @@ type sending struct {
 	errs  []error
 	async bool
 	waits []pending
+	sent  []*batch // every batch sent, to reuse once answered
 }
 
 type pending struct {
@@ -263,6 +296,7 @@ func (s *sending) wait(ctx context.Context) {
 		var err error
 		select {
 		case err = <-w.done:
+			w.b.done = true
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
@@ -276,6 +310,7 @@ func (s *sending) wait(ctx context.Context) {
 			for j, i := range w.b.idx {
 				s.errs[i] = s.p.sendOne(ctx, nsq.Publish(s.topic, w.b.msg(j)))
 			}
+			w.b.done = ctx.Err() == nil // else a PUB of its bytes may wait still
 			continue
 		}
 		err = s.p.c.publishError(err)

@@ -214,8 +214,8 @@ func (s *sub) adaptLocked(size int) int {
 // delivery decodes a message into a delivery.
 func delivery(m *nsq.Message) *driver.Delivery {
 	d := &driver.Delivery{Lane: lane, Position: string(m.ID[:]), Attempt: int(m.Attempts), Token: m}
-	if !decode(m.Body, &d.Message) {
-		// Not a CloudEvent: a producer other than omnibus.
+	if !decodeBinary(m.Body, &d.Message) && !decode(m.Body, &d.Message) {
+		// Neither envelope: a producer other than omnibus.
 		d.Message = driver.Message{ID: string(m.ID[:]), Time: time.Unix(0, m.Timestamp), Body: m.Body}
 	}
 	return d

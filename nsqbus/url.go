@@ -27,7 +27,7 @@ const (
 	DefaultLookupPort = 4161
 )
 
-var params = []string{"lookup", "http_port", "msg_timeout", "max_message_bytes", "poll_interval", "dial_timeout"}
+var params = []string{"lookup", "http_port", "msg_timeout", "max_message_bytes", "poll_interval", "dial_timeout", "envelope"}
 
 // config is a parsed URL.
 type config struct {
@@ -40,6 +40,7 @@ type config struct {
 	maxBytes int // 0: ask the server
 	poll     time.Duration
 	dialTO   time.Duration
+	binary   bool // envelope=binary: publish in the binary envelope (binary.go)
 }
 
 func parseConfig(u *url.URL) (*config, error) {
@@ -71,6 +72,13 @@ func parseConfig(u *url.URL) (*config, error) {
 			}
 			*dst = n
 		}
+	}
+	switch v := q.Get("envelope"); v {
+	case "", "json":
+	case "binary":
+		cfg.binary = true
+	default:
+		return nil, bad("envelope", v, "json or binary")
 	}
 	if cfg.lookup && cfg.httpPort != 0 {
 		return nil, fmt.Errorf("nsqbus: URL %q: http_port is for nsqd addresses; nsqlookupd tells each nsqd's HTTP port: %w", cfg.redacted, driver.ErrInvalid)

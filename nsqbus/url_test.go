@@ -20,6 +20,8 @@ func TestParseConfig(t *testing.T) {
 		"nsq://s3cret@a?msg_timeout=2s": {hosts: []string{"a:4150"}, secret: "s3cret", msgTO: 2 * time.Second, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
 		"nsq://:s3cret@a?http_port=9&dial_timeout=1s&poll_interval=100ms&max_message_bytes=100": {
 			hosts: []string{"a:4150"}, secret: "s3cret", httpPort: 9, maxBytes: 100, msgTO: DefaultMsgTimeout, poll: 100 * time.Millisecond, dialTO: time.Second},
+		"nsq://a?envelope=binary": {hosts: []string{"a:4150"}, binary: true, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
+		"nsq://a?envelope=json":   {hosts: []string{"a:4150"}, msgTO: DefaultMsgTimeout, poll: DefaultPollInterval, dialTO: DefaultDialTimeout},
 	} {
 		u, err := url.Parse(raw)
 		if err != nil {
@@ -31,9 +33,12 @@ func TestParseConfig(t *testing.T) {
 			continue
 		}
 		if got.lookup != want.lookup || !slices.Equal(got.hosts, want.hosts) || got.secret != want.secret || got.httpPort != want.httpPort ||
-			got.maxBytes != want.maxBytes || got.msgTO != want.msgTO || got.poll != want.poll || got.dialTO != want.dialTO {
+			got.maxBytes != want.maxBytes || got.binary != want.binary || got.msgTO != want.msgTO || got.poll != want.poll || got.dialTO != want.dialTO {
 			t.Errorf("parseConfig(%q) = %+v, want %+v", raw, *got, want)
 		}
+	}
+	if _, err := parseConfig(&url.URL{Scheme: "nsq", Host: "a", RawQuery: "envelope=xml"}); err == nil {
+		t.Errorf("envelope=xml accepted")
 	}
 	cfg := &config{}
 	if got := cfg.httpAddr("h:4150"); got != "h:4151" {

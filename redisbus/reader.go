@@ -102,10 +102,20 @@ func (s *sub) readNew(n int) ([]*driver.Delivery, error) {
 	case err != nil:
 		return nil, s.readErr(l.stream, err)
 	}
-	var ds []*driver.Delivery
+	count := 0
+	for _, st := range res {
+		count += len(st.Messages)
+	}
+	// One allocation for the read's deliveries, not one each (it lives
+	// while the engine holds one of them: at most a read's worth of
+	// Delivery structs; their bodies are separate).
+	all := make([]driver.Delivery, count)
+	ds := make([]*driver.Delivery, 0, count)
 	for _, st := range res {
 		for _, m := range st.Messages {
-			ds = append(ds, decode(l, m.ID, m.Values, 1))
+			d := &all[len(ds)]
+			decode(d, l, m.ID, m.Values, 1)
+			ds = append(ds, d)
 		}
 	}
 	s.hold(ds)
