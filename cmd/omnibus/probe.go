@@ -24,8 +24,10 @@ import (
 const probeAfter = 500 * time.Millisecond
 
 // probeWait bounds each look; the looks run at once, and the first
-// that recognises the server ends the probe.
-const probeWait = time.Second
+// that recognises the server ends the probe. A second was too short on
+// a machine loaded 15 deep: a look missed the answer, and the command
+// printed the client's own error.
+const probeWait = 2 * time.Second
 
 // protocol names what answers on a port.
 type protocol string
