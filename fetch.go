@@ -70,6 +70,16 @@ func (m *member) fetchLoop(ctx context.Context) {
 	failures := 0
 	for {
 		m.mu.Lock()
+		for m.marking > 0 { // a revocation or loss marks its lanes (see awaitReceive)
+			marked := m.marked
+			m.mu.Unlock()
+			select {
+			case <-marked:
+			case <-ctx.Done():
+				return
+			}
+			m.mu.Lock()
+		}
 		room := m.room()
 		epoch, gen := m.epoch, m.laneGen
 		var received chan struct{}

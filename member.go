@@ -77,6 +77,8 @@ type member struct {
 	epoch     uint64            // counts revocations
 	revokedAt map[string]uint64 // lane -> epoch of its last revocation
 	receiving chan struct{}     // non-nil while a Receive is outstanding; closed after its dispatch
+	marking   int               // revocations and losses between their wait for Receive and their lanes' marking
+	marked    chan struct{}     // closed when marking falls to 0
 	fetchIdle bool              // the fetch loop waits for room
 	full      bool              // the last Receive returned nothing with messages in flight
 	laneGen   uint64            // counts lane claims, revocations and losses

@@ -54,6 +54,7 @@ func (m *member) Revoked(ctx context.Context, ids []string) {
 		}
 		lanes = append(lanes, l)
 	}
+	m.markedLocked()
 	m.mu.Unlock()
 wait:
 	for _, ch := range idle {
@@ -85,6 +86,7 @@ func (m *member) Lost(ids []string) {
 			m.goneLocked(l)
 		}
 	}
+	m.markedLocked()
 	m.mu.Unlock()
 	m.emit(Event{Kind: EventLost, Lanes: ids})
 }
@@ -92,8 +94,19 @@ func (m *member) Lost(ids []string) {
 // awaitReceive waits, at most until ctx ends, for an outstanding Receive
 // to return and its deliveries to be dispatched. Drivers make Receive
 // return promptly when they revoke.
+//
+// From then until the caller has marked its lanes (markedLocked), the
+// fetch loop starts no Receive: one started in between would carry the
+// epoch from before the marking, and its deliveries of these lanes would
+// be dropped as the old claim's even when they are a new claim's (a lane
+// lost and claimed again by this member while that Receive waits), which
+// the driver, having handed them over, would not deliver again.
 func (m *member) awaitReceive(ctx context.Context) {
 	m.mu.Lock()
+	if m.marking == 0 {
+		m.marked = make(chan struct{})
+	}
+	m.marking++
 	received := m.receiving
 	m.mu.Unlock()
 	if received != nil {
@@ -101,6 +114,14 @@ func (m *member) awaitReceive(ctx context.Context) {
 		case <-received:
 		case <-ctx.Done():
 		}
+	}
+}
+
+// markedLocked ends what awaitReceive began: the caller's lanes are
+// marked, and the fetch loop may start a Receive again.
+func (m *member) markedLocked() {
+	if m.marking--; m.marking == 0 {
+		close(m.marked)
 	}
 }
 

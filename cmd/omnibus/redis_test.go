@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,4 +66,25 @@ func TestRedisCommands(t *testing.T) {
 			t.Errorf("transport %v, want redis", m["transport"])
 		}
 	})
+}
+
+// TestRedisDemoSurvivesAFreeze: the partitioned demo's process is stopped
+// (SIGSTOP) for longer than its leases live, then continued. Its members
+// find every lane lost at once and claim them again, while their reads
+// are in flight; every order must still be processed and every poison
+// order dead-lettered, nothing left pending in a member's name.
+func TestRedisDemoSurvivesAFreeze(t *testing.T) {
+	raw := redisURL(t, "?partitions=4&lease_ttl=2s&rebalance_interval=100ms", "demo.orders.")
+	p := start(t, freshUser(t), "", "demo", "--url", raw, "--orders", "300", "--customers", "6",
+		"--rate", "100", "--work", "1ms", "--lanes", "4")
+	p.waitOutput("scaling consumers", time.Minute)
+	time.Sleep(300 * time.Millisecond)
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second) // 2.5 lease lives
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	wantVerified(t, p.wait(2*time.Minute), 4)
 }
