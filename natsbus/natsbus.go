@@ -65,6 +65,12 @@ type conn struct {
 	sem chan struct{}
 	rr  atomic.Uint64
 
+	// The asynchronous publishes awaiting their ack, by the message
+	// given to PublishMsgAsync: jetstream's ack and error callbacks
+	// (onPubAck) settle them (see publishAcked).
+	pubMu sync.Mutex
+	pubs  map[*nats.Msg]pubRef
+
 	subs driver.Subscribers[*sub]
 
 	mu        sync.Mutex
@@ -99,7 +105,7 @@ func (c *conn) leaveEphemeral(stream, group string) bool {
 
 func open(ctx context.Context, cfg *config, log *slog.Logger, d Driver) (*conn, error) {
 	c := &conn{log: log, cfg: cfg, sem: make(chan struct{}, cfg.publishWindow), streams: map[string]*streamRef{},
-		ephemeral: map[ephemeralGroup]int{}}
+		ephemeral: map[ephemeralGroup]int{}, pubs: map[*nats.Msg]pubRef{}}
 	opts := []nats.Option{
 		nats.Name(cfg.name),
 		nats.MaxReconnects(cfg.maxReconnects),
@@ -193,7 +199,9 @@ func open(ctx context.Context, cfg *config, log *slog.Logger, d Driver) (*conn, 
 	}
 	js, err := jetstream.New(c.nc,
 		jetstream.WithPublishAsyncMaxPending(cfg.publishWindow+1),
-		jetstream.WithPublishAsyncTimeout(cfg.publishTO))
+		jetstream.WithPublishAsyncTimeout(cfg.publishTO),
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, _ *jetstream.PubAck) { c.onPubAck(m, nil) }),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) { c.onPubAck(m, err) }))
 	if err != nil {
 		return fail(fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, err))
 	}
