@@ -57,11 +57,11 @@ kafkabus   ^BenchmarkConsume$             50000x
 kafkabus   ^BenchmarkLatency$             3s
 natsbus    ^BenchmarkPublishAsync$        20000x
 natsbus    ^BenchmarkPublishConcurrent$   5000x
-natsbus    ^BenchmarkConsume$             20000x
+natsbus    ^BenchmarkConsume$             100000x
 natsbus    ^BenchmarkLatency$             3s
 rabbitbus  ^BenchmarkPublishAsync$        10000x
 rabbitbus  ^BenchmarkPublishConcurrent$   2000x
-rabbitbus  ^BenchmarkConsume$             10000x
+rabbitbus  ^BenchmarkConsume$             30000x
 rabbitbus  ^BenchmarkLatency$             3s
 membus     ^BenchmarkLatency$             3s
 omnibus    ^BenchmarkNoopHandler$/^mode=key$  200000x
