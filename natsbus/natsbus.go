@@ -65,12 +65,6 @@ type conn struct {
 	sem chan struct{}
 	rr  atomic.Uint64
 
-	// The asynchronous publishes awaiting their ack, by the message
-	// given to PublishMsgAsync: jetstream's ack and error callbacks
-	// (onPubAck) settle them (see publishAcked).
-	pubMu sync.Mutex
-	pubs  map[*nats.Msg]pubRef
-
 	subs driver.Subscribers[*sub]
 
 	mu        sync.Mutex
@@ -105,7 +99,7 @@ func (c *conn) leaveEphemeral(stream, group string) bool {
 
 func open(ctx context.Context, cfg *config, log *slog.Logger, d Driver) (*conn, error) {
 	c := &conn{log: log, cfg: cfg, sem: make(chan struct{}, cfg.publishWindow), streams: map[string]*streamRef{},
-		ephemeral: map[ephemeralGroup]int{}, pubs: map[*nats.Msg]pubRef{}}
+		ephemeral: map[ephemeralGroup]int{}}
 	opts := []nats.Option{
 		nats.Name(cfg.name),
 		nats.MaxReconnects(cfg.maxReconnects),
@@ -199,9 +193,7 @@ func open(ctx context.Context, cfg *config, log *slog.Logger, d Driver) (*conn, 
 	}
 	js, err := jetstream.New(c.nc,
 		jetstream.WithPublishAsyncMaxPending(cfg.publishWindow+1),
-		jetstream.WithPublishAsyncTimeout(cfg.publishTO),
-		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, _ *jetstream.PubAck) { c.onPubAck(m, nil) }),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) { c.onPubAck(m, err) }))
+		jetstream.WithPublishAsyncTimeout(cfg.publishTO))
 	if err != nil {
 		return fail(fmt.Errorf("natsbus: connect %s: %w", cfg.redacted, err))
 	}

@@ -3,9 +3,8 @@ package natsbus
 // Publishing: the CloudEvents NATS binding (headers to and from NATS
 // messages) and Publish, which waits for JetStream's publish acks with at
 // most the connection's window (conn.sem) outstanding. It runs on the
-// caller's goroutine; the acks arrive through jetstream's callbacks on
-// the connection's reader (onPubAck), which free the window, also for a
-// Publish cut short by its context.
+// caller's goroutine; a Publish cut short by its context leaves a
+// goroutine that frees the window as the acks come in.
 
 import (
 	"context"
@@ -13,7 +12,6 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -211,91 +209,15 @@ func batchResult(errs []error) error {
 	return nil
 }
 
-// pending is a message of a publishAcked call sent and not yet settled
-// by the call.
-type pending struct {
-	i     int
-	epoch uint64 // the connection's reconnect count before it was sent
-}
-
-// pubRef is an asynchronous publish awaiting its ack: message i of w.
-type pubRef struct {
-	w *pubWaiter
-	i int
-}
-
-// pubWaiter holds the outcomes of one publishAcked call's messages, set
-// by jetstream's ack and error callbacks (conn.onPubAck) as they come.
-// It wakes the call only for the outcome it waits for (the oldest
-// message's when the window is full, the last one's at the end), so a
-// batch costs the call a wake-up or two rather than one per message, and
-// no channel per message.
-type pubWaiter struct {
-	mu   sync.Mutex
-	errs []error // by message index, once done
-	done []bool
-	out  int           // sent, outcome not come
-	want int           // the index whose outcome wakes the call; wantAll, wantNone
-	wake chan struct{} // capacity 1
-}
-
 // noRetry turns off nats.go's own retry of a publish that found no
 // stream, which would send it after later messages (see publishAcked);
 // made once, as an option costs an allocation.
 var noRetry = jetstream.WithRetryAttempts(0)
 
-const (
-	wantNone = -1
-	wantAll  = -2 // the outcome that leaves none outstanding
-)
-
-func newPubWaiter(n int) *pubWaiter {
-	return &pubWaiter{errs: make([]error, n), done: make([]bool, n), want: wantNone, wake: make(chan struct{}, 1)}
-}
-
-// onPubAck settles the asynchronous publish of m (err nil: acknowledged)
-// and frees its place in the window. jetstream calls it once for every
-// publish PublishMsgAsync took: with the ack, the error in the ack, the
-// publish timeout, or ErrDisconnected when the connection drops.
-func (c *conn) onPubAck(m *nats.Msg, err error) {
-	c.pubMu.Lock()
-	ref, ok := c.pubs[m]
-	delete(c.pubs, m)
-	c.pubMu.Unlock()
-	if !ok {
-		return
-	}
-	<-c.sem
-	w := ref.w
-	w.mu.Lock()
-	w.out--
-	w.errs[ref.i], w.done[ref.i] = err, true
-	wake := w.want == ref.i || w.want == wantAll && w.out == 0
-	w.mu.Unlock()
-	if wake {
-		driver.Notify(w.wake)
-	}
-}
-
-// await waits for the outcome of message i (with wantAll: of every
-// message sent); false when ctx ended first.
-func (w *pubWaiter) await(ctx context.Context, i int) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for !(i == wantAll && w.out == 0 || i >= 0 && w.done[i]) {
-		w.want = i
-		w.mu.Unlock()
-		select {
-		case <-w.wake:
-		case <-ctx.Done():
-			w.mu.Lock()
-			w.want = wantNone
-			return false
-		}
-		w.mu.Lock()
-	}
-	w.want = wantNone
-	return true
+type pending struct {
+	i     int
+	paf   jetstream.PubAckFuture
+	epoch uint64 // the connection's reconnect count before it was sent
 }
 
 // errHeldBack marks a message not sent because an earlier message of its
@@ -323,7 +245,6 @@ var errHeldBack = errors.New("not sent: an earlier message of its key failed fir
 // own asynchronous retry of a publish that found no stream (which would
 // send it after later messages) is off.
 func (c *conn) publishAcked(ctx context.Context, topic string, msgs []*driver.Message, nm []*nats.Msg, errs []error) {
-	w := newPubWaiter(len(nm))
 	var waiting []pending
 	held := map[string]bool{} // keys with a message that failed republishably
 	fail := func(i int, err error) {
@@ -333,23 +254,23 @@ func (c *conn) publishAcked(ctx context.Context, topic string, msgs []*driver.Me
 		}
 	}
 	epoch := func() uint64 { return c.nc.Stats().Reconnects }
-	// take settles the oldest pending publishes whose outcome came, in
-	// order.
-	take := func() {
-		w.mu.Lock()
-		n := 0
-		for ; n < len(waiting) && w.done[waiting[n].i]; n++ {
-			if err := w.errs[waiting[n].i]; err != nil {
-				fail(waiting[n].i, err)
-			}
+	// wait settles the oldest pending publish; false when ctx ended.
+	wait := func() bool {
+		p := waiting[0]
+		select {
+		case <-p.paf.Ok():
+		case err := <-p.paf.Err():
+			fail(p.i, err)
+		case <-ctx.Done():
+			return false
 		}
-		w.mu.Unlock()
-		waiting = waiting[n:]
+		waiting = waiting[1:]
+		<-c.sem
+		return true
 	}
 	abandon := func(from int) {
-		// Not waited for: report ctx's error. onPubAck frees their
-		// places in the window as the outcomes come (the publish timeout
-		// bounds that).
+		// Not waited for: report ctx's error, and free the window when
+		// the acks come in (the publish timeout bounds that).
 		for _, p := range waiting {
 			fail(p.i, ctx.Err())
 		}
@@ -357,6 +278,18 @@ func (c *conn) publishAcked(ctx context.Context, topic string, msgs []*driver.Me
 			if errs[i] == nil {
 				fail(i, ctx.Err())
 			}
+		}
+		if len(waiting) > 0 {
+			rest := waiting
+			go func() {
+				for _, p := range rest {
+					select {
+					case <-p.paf.Ok():
+					case <-p.paf.Err():
+					}
+					<-c.sem
+				}
+			}()
 		}
 	}
 	holdBack := func(i int) bool {
@@ -370,17 +303,23 @@ func (c *conn) publishAcked(ctx context.Context, topic string, msgs []*driver.Me
 		if errs[i] != nil || holdBack(i) {
 			continue
 		}
-		select {
-		case c.sem <- struct{}{}:
-		default:
-			// The window is full: learn what failed meanwhile, then
-			// wait for a place (onPubAck frees them).
-			take()
-			if holdBack(i) {
+		for acquired := false; !acquired; {
+			select {
+			case c.sem <- struct{}{}:
+				acquired = true
+				continue
+			default:
+			}
+			if len(waiting) > 0 {
+				if !wait() {
+					abandon(i)
+					return
+				}
 				continue
 			}
 			select {
 			case c.sem <- struct{}{}:
+				acquired = true
 			case <-ctx.Done():
 				abandon(i)
 				return
@@ -390,58 +329,39 @@ func (c *conn) publishAcked(ctx context.Context, topic string, msgs []*driver.Me
 		if len(waiting) > 0 && waiting[0].epoch != e {
 			// The connection changed under pending messages: learn
 			// which of them it took along before sending more.
-			if !w.await(ctx, wantAll) {
-				<-c.sem
-				abandon(i)
-				return
+			for len(waiting) > 0 {
+				if !wait() {
+					<-c.sem
+					abandon(i)
+					return
+				}
 			}
-			take()
 		}
 		if holdBack(i) {
 			<-c.sem
 			continue
 		}
-		var err error
+		var (
+			paf jetstream.PubAckFuture
+			err error
+		)
 		if c.nc.IsReconnecting() {
 			err = fmt.Errorf("not sent, the connection is away: %w", nats.ErrConnectionReconnecting)
 		} else {
-			// Registered first: the ack may come before PublishMsgAsync
-			// returns.
-			w.mu.Lock()
-			w.out++
-			w.mu.Unlock()
-			c.pubMu.Lock()
-			c.pubs[m] = pubRef{w, i}
-			c.pubMu.Unlock()
 			// Nats-Msg-Id is in the headers.
-			_, err = c.js.PublishMsgAsync(m, noRetry)
-			if err != nil {
-				c.pubMu.Lock()
-				_, mine := c.pubs[m]
-				delete(c.pubs, m)
-				c.pubMu.Unlock()
-				if !mine {
-					// Settled by a callback meanwhile (a reconnect
-					// failed it): its outcome is in w, and its place
-					// freed.
-					waiting = append(waiting, pending{i, e})
-					continue
-				}
-				w.mu.Lock()
-				w.out--
-				w.mu.Unlock()
-			}
+			paf, err = c.js.PublishMsgAsync(m, noRetry)
 		}
 		if err != nil {
 			<-c.sem
 			fail(i, err)
 			continue
 		}
-		waiting = append(waiting, pending{i, e})
+		waiting = append(waiting, pending{i, paf, e})
 	}
-	if len(waiting) > 0 && !w.await(ctx, wantAll) {
-		abandon(len(nm))
-		return
+	for len(waiting) > 0 {
+		if !wait() {
+			abandon(len(nm))
+			return
+		}
 	}
-	take()
 }
