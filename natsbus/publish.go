@@ -75,11 +75,19 @@ func toMsg(subject string, m *driver.Message) (*nats.Msg, error) {
 			return nil, err
 		}
 	}
+	// One backing array for every header's single value: a message's
+	// headers cost two allocations (the map and the array), not one per
+	// header. Up to 7 attributes besides the user's headers, and
+	// Nats-Msg-Id.
 	h := make(nats.Header, len(m.Headers)+8)
-	driver.NATSBinding.Encode(m, func(name, value string) {
-		h[name] = []string{headerValue(value)}
-	})
-	h[jetstream.MsgIDHeader] = []string{m.ID}
+	vals := make([]string, 0, len(m.Headers)+8)
+	set := func(name, value string) {
+		vals = append(vals, value)
+		n := len(vals)
+		h[name] = vals[n-1 : n : n]
+	}
+	driver.NATSBinding.Encode(m, func(name, value string) { set(name, headerValue(value)) })
+	set(jetstream.MsgIDHeader, m.ID)
 	return &nats.Msg{Subject: subject, Header: h, Data: m.Body}, nil
 }
 
@@ -200,6 +208,11 @@ func batchResult(errs []error) error {
 	}
 	return nil
 }
+
+// noRetry turns off nats.go's own retry of a publish that found no
+// stream, which would send it after later messages (see publishAcked);
+// made once, as an option costs an allocation.
+var noRetry = jetstream.WithRetryAttempts(0)
 
 type pending struct {
 	i     int
@@ -336,7 +349,7 @@ func (c *conn) publishAcked(ctx context.Context, topic string, msgs []*driver.Me
 			err = fmt.Errorf("not sent, the connection is away: %w", nats.ErrConnectionReconnecting)
 		} else {
 			// Nats-Msg-Id is in the headers.
-			paf, err = c.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
+			paf, err = c.js.PublishMsgAsync(m, noRetry)
 		}
 		if err != nil {
 			<-c.sem

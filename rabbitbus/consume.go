@@ -152,7 +152,13 @@ func (s *sub) accept(l *lane, gen uint64, d *amqp.Delivery) {
 		s.claim(l, gen)
 	}
 	msg, attempt := decode(d, s.quorum)
-	dl := &driver.Delivery{
+	// The delivery and its token in one allocation.
+	p := &struct {
+		d driver.Delivery
+		t token
+	}{t: token{l: l, gen: gen, tag: d.DeliveryTag}}
+	dl := &p.d
+	*dl = driver.Delivery{
 		Message:  msg,
 		Lane:     l.id,
 		Position: strconv.FormatUint(d.DeliveryTag, 10),
@@ -160,7 +166,7 @@ func (s *sub) accept(l *lane, gen uint64, d *amqp.Delivery) {
 		// A retry is a new message (see Nack): redelivered means a
 		// channel that held it closed without settling it.
 		Redelivered: d.Redelivered,
-		Token:       &token{l: l, gen: gen, tag: d.DeliveryTag},
+		Token:       &p.t,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -55,7 +55,11 @@ func routingKey(m *driver.Message) string {
 // encode turns m into an AMQP publishing. attempt > 1 and retryKey mark a
 // republished retry.
 func encode(m *driver.Message, persistent bool, attempt int, retry bool) amqp.Publishing {
-	h := make(amqp.Table, len(m.Headers)+10)
+	// Room for the attributes a message usually carries (specversion, id,
+	// time, type, source, keyless) plus its own headers: a size hint of
+	// at most 8 keeps a small map in one allocation of its slots, where
+	// 10 takes four allocations and twice the memory.
+	h := make(amqp.Table, len(m.Headers)+8)
 	driver.AMQPBinding.Encode(m, func(name, value string) { h[name] = value })
 	if m.Key == "" {
 		h[hdrKeyless] = true
