@@ -99,9 +99,9 @@ func wrongProtocol(ctx context.Context, raw string) error {
 // probe looks at what answers on addr: a greeting it sends unasked
 // (NATS), or an answer to a Kafka ApiVersions request, an AMQP protocol
 // header, a Redis PING, an NSQ IDENTIFY or a TLS ClientHello, each on a
-// connection of its own, all at once (so the probe takes probeWait at
-// most), and names the first that recognises the server; "" when
-// nothing answers.
+// connection of its own, the greeting and Kafka ones first (so the probe
+// takes kafkaFirst and probeWait at most), and names the first that
+// recognises the server; "" when nothing answers.
 func probe(ctx context.Context, addr string) protocol {
 	look := func(fn func(net.Conn) protocol) protocol {
 		d := net.Dialer{Timeout: probeWait}
@@ -194,12 +194,38 @@ func probe(ctx context.Context, addr string) protocol {
 	}
 	// Every look but an unknown greeting names one protocol, which no
 	// other look mistakes for its own: the first of those is the answer.
+	// The greeting and Kafka looks go first, alone for up to kafkaFirst:
+	// a Kafka-protocol server reads another look's first bytes as a
+	// request's length, up to a gigabyte, and may allocate it (kfake
+	// does), which on a loaded machine delayed its answer to the Kafka
+	// look past probeWait.
 	found := make(chan protocol, len(looks))
-	for _, fn := range looks {
+	for _, fn := range looks[:2] {
 		go func() { found <- look(fn) }() // ends within probeWait (the dial's and the connection's deadline)
 	}
 	var greeting protocol
-	for range looks {
+	pending := 2
+	first := time.NewTimer(kafkaFirst)
+	defer first.Stop()
+wait:
+	for pending > 0 {
+		select {
+		case p := <-found:
+			pending--
+			switch {
+			case strings.HasPrefix(string(p), greets):
+				greeting = p
+			case p != "":
+				return p
+			}
+		case <-first.C:
+			break wait
+		}
+	}
+	for _, fn := range looks[2:] {
+		go func() { found <- look(fn) }()
+	}
+	for range pending + len(looks) - 2 {
 		switch p := <-found; {
 		case strings.HasPrefix(string(p), greets):
 			greeting = p
@@ -209,6 +235,10 @@ func probe(ctx context.Context, addr string) protocol {
 	}
 	return greeting
 }
+
+// kafkaFirst is how long the greeting and Kafka looks run before the
+// others start, unless both are done sooner.
+const kafkaFirst = 100 * time.Millisecond
 
 // greets starts the name of a protocol the probe does not know, which
 // sent a greeting.
