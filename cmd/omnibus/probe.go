@@ -23,11 +23,9 @@ import (
 // probeAfter is how long opening may take before the command looks.
 const probeAfter = 500 * time.Millisecond
 
-// probeWait bounds each look; the looks run at once, and the first
-// that recognises the server ends the probe. A second was too short on
-// a machine loaded 15 deep: a look missed the answer, and the command
-// printed the client's own error.
-const probeWait = 2 * time.Second
+// probeWait bounds each look; the first that recognises the server ends
+// the probe.
+const probeWait = time.Second
 
 // protocol names what answers on a port.
 type protocol string
@@ -99,9 +97,9 @@ func wrongProtocol(ctx context.Context, raw string) error {
 // probe looks at what answers on addr: a greeting it sends unasked
 // (NATS), or an answer to a Kafka ApiVersions request, an AMQP protocol
 // header, a Redis PING, an NSQ IDENTIFY or a TLS ClientHello, each on a
-// connection of its own, the greeting and Kafka ones first (so the probe
-// takes kafkaFirst and probeWait at most), and names the first that
-// recognises the server; "" when nothing answers.
+// connection of its own, the Kafka one first (so the probe takes twice
+// probeWait at most), and names the first that recognises the server;
+// "" when nothing answers.
 func probe(ctx context.Context, addr string) protocol {
 	look := func(fn func(net.Conn) protocol) protocol {
 		d := net.Dialer{Timeout: probeWait}
@@ -194,38 +192,20 @@ func probe(ctx context.Context, addr string) protocol {
 	}
 	// Every look but an unknown greeting names one protocol, which no
 	// other look mistakes for its own: the first of those is the answer.
-	// The greeting and Kafka looks go first, alone for up to kafkaFirst:
-	// a Kafka-protocol server reads another look's first bytes as a
+	// The others start once the Kafka look has found no Kafka: a
+	// Kafka-protocol server reads another look's first bytes as a
 	// request's length, up to a gigabyte, and may allocate it (kfake
-	// does), which on a loaded machine delayed its answer to the Kafka
-	// look past probeWait.
+	// does), which delayed its answer, and the process, by seconds.
 	found := make(chan protocol, len(looks))
-	for _, fn := range looks[:2] {
-		go func() { found <- look(fn) }() // ends within probeWait (the dial's and the connection's deadline)
-	}
-	var greeting protocol
-	pending := 2
-	first := time.NewTimer(kafkaFirst)
-	defer first.Stop()
-wait:
-	for pending > 0 {
-		select {
-		case p := <-found:
-			pending--
-			switch {
-			case strings.HasPrefix(string(p), greets):
-				greeting = p
-			case p != "":
-				return p
-			}
-		case <-first.C:
-			break wait
-		}
+	go func() { found <- look(looks[0]) }() // ends within probeWait (the dial's and the connection's deadline)
+	if p := look(looks[1]); p != "" {
+		return p
 	}
 	for _, fn := range looks[2:] {
 		go func() { found <- look(fn) }()
 	}
-	for range pending + len(looks) - 2 {
+	var greeting protocol
+	for range len(looks) - 1 {
 		switch p := <-found; {
 		case strings.HasPrefix(string(p), greets):
 			greeting = p
@@ -235,10 +215,6 @@ wait:
 	}
 	return greeting
 }
-
-// kafkaFirst is how long the greeting and Kafka looks run before the
-// others start, unless both are done sooner.
-const kafkaFirst = 100 * time.Millisecond
 
 // greets starts the name of a protocol the probe does not know, which
 // sent a greeting.

@@ -216,6 +216,9 @@ func (a *app) tail(ctx context.Context, o tailOptions) error {
 		ordering = omnibus.OrderLane // print each lane in order
 	}
 	window := 64
+	if ordering == omnibus.OrderNone {
+		window = 1 // print what the transport delivers in its order
+	}
 	if o.max > 0 {
 		window = min(window, o.max) // fetch little beyond --max
 	}
