@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/omnibus-go/omnibus"
@@ -43,6 +44,14 @@ func (a *app) open(ctx context.Context, flag string, opts ...omnibus.Option) (*o
 	raw := a.resolveURL(flag)
 	octx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
+	if strings.HasPrefix(raw, "nsq://") {
+		// go-nsq reads an answer's length without a bound: another
+		// protocol's first bytes ("-ERR") make it allocate hundreds of
+		// megabytes and wait for them. Look first.
+		if werr := wrongProtocol(octx, raw); werr != nil {
+			return nil, fmt.Errorf("omnibus: open %s: %w", omnibus.RedactURL(raw), werr)
+		}
+	}
 	type opened struct {
 		c   *omnibus.Client
 		err error
