@@ -315,17 +315,8 @@ func (c *Client) prepare(topic string, msgs []*Message, now time.Time) error {
 // fails alone, the rest goes to the driver (coalesced with concurrent
 // publishes unless direct, see coalesce.go).
 func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message, opts driver.PublishOptions, direct bool) error {
-	if max := c.caps.MaxMessageBytes; max > 0 {
-		var failed []PublishFailure
-		for i, m := range ms {
-			if n := m.Size(); n > max {
-				failed = append(failed, PublishFailure{Index: i, ID: m.ID,
-					Err: fmt.Errorf("%d bytes, limit %d: %w", n, max, ErrTooLarge)})
-			}
-		}
-		if failed != nil {
-			return c.publishRest(ctx, topic, ms, opts, direct, failed)
-		}
+	if failed := c.oversized(ms); failed != nil {
+		return c.publishRest(ctx, topic, ms, opts, direct, failed)
 	}
 	err := c.send(ctx, topic, ms, opts, direct)
 	return wrapPublishError(topic, ms, nil, err)
@@ -335,18 +326,10 @@ func (c *Client) publish(ctx context.Context, topic string, ms []*driver.Message
 // (driver.Queuer): done gets what publish would return. An error means
 // nothing was queued and done is not called.
 func (c *Client) queue(ctx context.Context, queuer driver.Queuer, topic string, ms []*driver.Message, opts driver.PublishOptions, done func(error)) error {
-	var failed []PublishFailure
 	var index []int
-	if max := c.caps.MaxMessageBytes; max > 0 {
-		for i, m := range ms {
-			if n := m.Size(); n > max {
-				failed = append(failed, PublishFailure{Index: i, ID: m.ID,
-					Err: fmt.Errorf("%d bytes, limit %d: %w", n, max, ErrTooLarge)})
-			}
-		}
-		if failed != nil {
-			ms, index = without(ms, failed)
-		}
+	failed := c.oversized(ms)
+	if failed != nil {
+		ms, index = without(ms, failed)
 	}
 	if len(ms) == 0 {
 		done(wrapPublishError(topic, ms, index, nil, failed...))
@@ -355,6 +338,23 @@ func (c *Client) queue(ctx context.Context, queuer driver.Queuer, topic string, 
 	return queuer.Queue(ctx, topic, ms, opts, func(err error) {
 		done(wrapPublishError(topic, ms, index, err, failed...))
 	})
+}
+
+// oversized returns the failures of the messages of ms over the
+// transport's size limit, in order; nil when none is.
+func (c *Client) oversized(ms []*driver.Message) []PublishFailure {
+	max := c.caps.MaxMessageBytes
+	if max <= 0 {
+		return nil
+	}
+	var failed []PublishFailure
+	for i, m := range ms {
+		if n := m.Size(); n > max {
+			failed = append(failed, PublishFailure{Index: i, ID: m.ID,
+				Err: fmt.Errorf("%d bytes, limit %d: %w", n, max, ErrTooLarge)})
+		}
+	}
+	return failed
 }
 
 // without returns the messages of ms not failed (failed in ms's order),
