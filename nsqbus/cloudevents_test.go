@@ -76,18 +76,7 @@ func TestCloudEventsSDK(t *testing.T) {
 		want := cetest.Message()
 		want.Body = []byte{0, 1, 2, 0xff}
 		want.ContentType = ""
-		got := make(chan *omnibus.Message, 1)
-		k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
-			select {
-			case got <- clone(m):
-			default:
-			}
-			return nil
-		}, omnibus.Group("omnibus"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		run(t, k)
+		got := firstMessage(ctx, t, c, topic)
 		if err := postNSQD(n.HTTPAddr(), "/channel/create", topic, "raw"); err != nil {
 			t.Fatal(err)
 		}
@@ -123,18 +112,7 @@ func TestCloudEventsSDK(t *testing.T) {
 // nsqd at addr, and returns the message omnibus delivered.
 func rawToOmnibus(ctx context.Context, t *testing.T, c *omnibus.Client, addr, topic string, body []byte) *omnibus.Message {
 	t.Helper()
-	got := make(chan *omnibus.Message, 1)
-	k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
-		select {
-		case got <- clone(m):
-		default:
-		}
-		return nil
-	}, omnibus.Group("omnibus"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, k)
+	got := firstMessage(ctx, t, c, topic)
 	p, err := nsq.NewProducer(addr, nsq.NewConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -188,4 +166,23 @@ func clone(m *omnibus.Message) *omnibus.Message {
 	cp.Body = bytes.Clone(m.Body)
 	cp.Headers = maps.Clone(m.Headers)
 	return &cp
+}
+
+// firstMessage runs a consumer of topic in group "omnibus" on c and
+// returns a channel that gets (a copy of) the first message it handles.
+func firstMessage(ctx context.Context, t *testing.T, c *omnibus.Client, topic string) <-chan *omnibus.Message {
+	t.Helper()
+	got := make(chan *omnibus.Message, 1)
+	k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
+		select {
+		case got <- clone(m):
+		default:
+		}
+		return nil
+	}, omnibus.Group("omnibus"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, k)
+	return got
 }
