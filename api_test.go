@@ -106,7 +106,7 @@ func TestBadOptions(t *testing.T) {
 		{"zero commit interval", omnibus.CommitInterval(0)},
 		{"zero consumers", omnibus.Members(0)},
 		{"zero batch count", omnibus.Batch(0, 1, time.Second)},
-		{"zero batch period", omnibus.Batch(10, 1000, 0)},
+		{"negative batch period", omnibus.Batch(10, 1000, -time.Millisecond)},
 		{"empty group", omnibus.Group("")},
 		{"empty dead-letter topic", omnibus.DeadLetterTopic("")},
 		{"nil observer", omnibus.Observe(nil)},

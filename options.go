@@ -138,7 +138,6 @@ func defaultConsumerConfig(topic string) consumerConfig {
 		consumers:      1,
 		batchCount:     100,
 		batchBytes:     1 << 20,
-		batchPeriod:    50 * time.Millisecond,
 		commitTimeout:  10 * time.Second,
 		commitInterval: 100 * time.Millisecond,
 	}
@@ -333,12 +332,16 @@ func Observe(fn func(Event)) SubscribeOption {
 	}
 }
 
-// Batch sets when a BatchHandler's batch is flushed: at count messages, at
-// bytes bytes, or period after its first message arrived, whichever comes
-// first; a partial batch does not wait while no more can come (the
-// member holds MaxInFlight messages or MaxInFlightBytes). Batches form
-// per key in OrderKey and per lane otherwise.
-// Default: 100 messages, 1 MiB, 50ms.
+// Batch sets how a BatchHandler's batches form: at most count messages
+// and bytes bytes, taken from what has arrived, as a Kafka poll returns
+// what is buffered. A period above 0 lets a partial batch wait for more,
+// up to period after its first message arrived (to fill batches from a
+// trickle, at that much latency); it does not wait while no more can come
+// (the member holds MaxInFlight messages or MaxInFlightBytes). While a
+// batch runs, what arrives for its key (or lane) queues, so batches grow
+// with the load by themselves. Batches form per key in OrderKey and per
+// lane otherwise.
+// Default: 100 messages, 1 MiB, period 0 (no waiting).
 func Batch(count, bytes int, period time.Duration) SubscribeOption {
 	return func(c *consumerConfig) error {
 		if err := positive("batch count", count); err != nil {
@@ -347,8 +350,8 @@ func Batch(count, bytes int, period time.Duration) SubscribeOption {
 		if err := positive("batch bytes", bytes); err != nil {
 			return err
 		}
-		if err := positiveDuration("batch period", period); err != nil {
-			return err
+		if period < 0 {
+			return fmt.Errorf("omnibus: batch period must not be negative, got %v: %w", period, ErrInvalid)
 		}
 		c.batchCount, c.batchBytes, c.batchPeriod = count, bytes, period
 		return nil

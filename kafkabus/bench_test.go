@@ -369,9 +369,8 @@ func runUntil(b *testing.B, k *omnibus.Consumer, done <-chan struct{}) {
 
 // BenchmarkConsume reads a backlog of b.N records in a group: omnibus
 // with a no-op handler in key mode, omnibus with a no-op batch handler
-// (defaults: key mode, batches of 100 or 50ms; over 64 keys and 1,024 in
-// flight a key's batch holds about 16 messages, so most batches leave at
-// the 50ms period), the kafkabus driver alone (no engine), and a bare
+// (defaults: key mode, batches of up to 100 taken from what has arrived),
+// the kafkabus driver alone (no engine), and a bare
 // franz-go poll loop committing asynchronously.
 func BenchmarkConsume(b *testing.B) {
 	cluster := benchKafka(b)
