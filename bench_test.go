@@ -94,6 +94,43 @@ func BenchmarkNoopHandler(b *testing.B) {
 	}
 }
 
+// BenchmarkPublisher publishes b.N messages of 100 bytes over 64 keys
+// with Publisher.Publish from one goroutine, keeping every result, then
+// Flush: what the asynchronous publisher costs per message over membus,
+// allocations included.
+func BenchmarkPublisher(b *testing.B) {
+	c := benchClient(b, 4)
+	p, err := c.Publisher()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	body := make([]byte, 100)
+	ms := make([]*omnibus.Message, b.N)
+	for i := range ms {
+		ms[i] = &omnibus.Message{Key: "k" + strconv.Itoa(i%64), Body: body}
+	}
+	results := make([]*omnibus.PublishResult, b.N)
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i, m := range ms {
+		if results[i], err = p.Publish(context.Background(), "bench", m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := p.Flush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	for _, r := range results {
+		if err := r.Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
 // noopHook is a hook of every kind that does nothing.
 type noopHook struct{}
 

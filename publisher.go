@@ -164,40 +164,67 @@ type pubQueue struct {
 
 // PublishResult is the outcome of one message given to Publisher.Publish.
 type PublishResult struct {
-	id    string
-	msg   driver.Message
-	size  int // msg.Size()
-	ctx   context.Context
-	end   func(error) // the PublishHooks' ends, or nil
-	ready chan struct{}
+	id   string
+	msg  driver.Message // cleared once the outcome is known
+	size int            // msg.Size()
+	ctx  context.Context
+	end  func(error) // the PublishHooks' ends, or nil
+
+	mu    sync.Mutex
+	done  bool
 	err   error
+	ready chan struct{} // made when asked for before the outcome is known
 }
+
+// closedReady is what Ready returns once the outcome is known.
+var closedReady = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // ID is the message's ID (filled by Publish when empty).
 func (r *PublishResult) ID() string { return r.id }
 
 // Ready is closed when the outcome is known.
-func (r *PublishResult) Ready() <-chan struct{} { return r.ready }
+func (r *PublishResult) Ready() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return closedReady
+	}
+	if r.ready == nil {
+		r.ready = make(chan struct{})
+	}
+	return r.ready
+}
 
 // Err is the outcome once Ready is closed: nil when the message reached
 // the client's durability.
 func (r *PublishResult) Err() error {
-	select {
-	case <-r.ready:
-		return r.err
-	default:
-		return nil
-	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // Get waits for the outcome, or for ctx to end (then it returns ctx's
 // error; the message may still land).
 func (r *PublishResult) Get(ctx context.Context) error {
 	select {
-	case <-r.ready:
-		return r.err
+	case <-r.Ready():
+		return r.Err()
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// finish records the outcome and lets go of the message.
+func (r *PublishResult) finish(err error) {
+	r.mu.Lock()
+	r.done, r.err = true, err
+	r.msg, r.ctx = driver.Message{}, nil
+	if r.ready != nil {
+		close(r.ready)
+	}
+	r.mu.Unlock()
+	if r.end != nil {
+		r.end(err)
 	}
 }
 
@@ -233,7 +260,7 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m *Message) (*Pub
 	if err := p.c.prepare(topic, ms[:], time.Now()); err != nil {
 		return nil, err
 	}
-	r := &PublishResult{id: m.ID, ctx: ctx, ready: make(chan struct{})}
+	r := &PublishResult{id: m.ID, ctx: ctx}
 	if hs := p.c.hooks.publish; len(hs) > 0 {
 		// Hooks see each message as a Publish of one, with its own
 		// context (a trace's parent), before it is queued.
@@ -462,11 +489,7 @@ func outcomes(topic string, index []int, errs []error, err error) {
 // batch's room in the buffer.
 func (p *Publisher) settle(batch []*PublishResult, bytes int, errs []error) {
 	for i, r := range batch {
-		r.err = errs[i]
-		close(r.ready)
-		if r.end != nil {
-			r.end(r.err)
-		}
+		r.finish(errs[i])
 	}
 	p.mu.Lock()
 	p.msgs -= len(batch)
