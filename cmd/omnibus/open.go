@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/omnibus-go/omnibus"
@@ -44,14 +43,6 @@ func (a *app) open(ctx context.Context, flag string, opts ...omnibus.Option) (*o
 	raw := a.resolveURL(flag)
 	octx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
-	if strings.HasPrefix(raw, "nsq://") {
-		// go-nsq reads an answer's length without a bound: another
-		// protocol's first bytes ("-ERR") make it allocate hundreds of
-		// megabytes and wait for them. Look first.
-		if werr := wrongProtocol(octx, raw); werr != nil {
-			return nil, fmt.Errorf("omnibus: open %s: %w", omnibus.RedactURL(raw), werr)
-		}
-	}
 	type opened struct {
 		c   *omnibus.Client
 		err error
@@ -64,12 +55,14 @@ func (a *app) open(ctx context.Context, flag string, opts ...omnibus.Option) (*o
 	var r opened
 	select {
 	case r = <-done:
-		if r.err == nil || errors.Is(r.err, omnibus.ErrInvalid) || errors.Is(r.err, omnibus.ErrUnknownScheme) {
+		if r.err == nil || errors.Is(r.err, omnibus.ErrUnknownScheme) {
 			return r.c, r.err
 		}
 	case <-time.After(probeAfter):
 	}
-	// Slow or failed: when the port speaks another protocol, say so now.
+	// Slow or failed (ErrInvalid too: nsqbus refuses at once, with
+	// ErrInvalid, a server that does not speak NSQ): when the port
+	// speaks another protocol, say so now.
 	if werr := wrongProtocol(octx, raw); werr != nil {
 		cancel()
 		if r.c == nil && r.err == nil {
