@@ -55,14 +55,15 @@ func (a *app) open(ctx context.Context, flag string, opts ...omnibus.Option) (*o
 	var r opened
 	select {
 	case r = <-done:
-		if r.err == nil || errors.Is(r.err, omnibus.ErrUnknownScheme) {
+		// ErrInvalid is a bad URL, not worth a look, except from
+		// nsqbus, which says so of a server that does not speak NSQ.
+		if r.err == nil || errors.Is(r.err, omnibus.ErrUnknownScheme) ||
+			errors.Is(r.err, omnibus.ErrInvalid) && scheme(raw) != "nsq" {
 			return r.c, r.err
 		}
 	case <-time.After(probeAfter):
 	}
-	// Slow or failed (ErrInvalid too: nsqbus refuses at once, with
-	// ErrInvalid, a server that does not speak NSQ): when the port
-	// speaks another protocol, say so now.
+	// Slow or failed: when the port speaks another protocol, say so now.
 	if werr := wrongProtocol(octx, raw); werr != nil {
 		cancel()
 		if r.c == nil && r.err == nil {
