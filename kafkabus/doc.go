@@ -148,6 +148,13 @@
 // used: the producer keeps a key's records in order across batches and
 // its own retries, and what it gives up on fails without being produced
 // again (a second try would land behind the records produced since).
+// franz-go times a record out only between requests: a broker that
+// takes a produce request and never answers holds its records for
+// request_timeout and franz-go's overhead of 10 s, whatever
+// delivery_timeout says. A record whose context ends first (the
+// Publisher's Close, its PublishTimeout) fails at once, marked
+// driver.ErrOutcomeUnknown: franz-go does not say whether it was in a
+// request already.
 //
 // A subscription is a member of a Kafka consumer group (group.id is the
 // omnibus group) using the cooperative-sticky balancer; each assigned

@@ -145,7 +145,14 @@ func (b *queued) settle(i int, err error) {
 		if errors.Is(err, driver.ErrNotFound) || errors.Is(classify(err), driver.ErrNotFound) {
 			b.c.forget(b.topic)
 		}
-		err = fmt.Errorf("kafkabus: publish %q: message %q: %w", b.topic, b.msgs[i].ID, classify(err))
+		cerr := classify(err)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			// The record's ctx ended (a Publisher closing, PublishTimeout):
+			// franz-go fails it whether or not it was in a request
+			// already, which a broker may have written.
+			cerr = fmt.Errorf("%w: %w", cerr, driver.ErrOutcomeUnknown)
+		}
+		err = fmt.Errorf("kafkabus: publish %q: message %q: %w", b.topic, b.msgs[i].ID, cerr)
 		b.mu.Lock()
 		if b.errs == nil {
 			b.errs = make([]error, len(b.msgs))

@@ -228,10 +228,22 @@
 // of the URL's nsqds cannot be reached (go-nsq dials an nsqd again only
 // after losing a connection it had), and a consumer that lost one dials
 // it every poll_interval (go-nsq's wait is not cut short by Close, so
-// its goroutine may outlive Close by up to poll_interval). A topic or
-// group name NSQ cannot take
-// wraps driver.ErrInvalid; an oversized message ErrTooLarge; a Publish
-// that reached no nsqd ErrRetryable.
+// its goroutine may outlive Close by up to poll_interval).
+//
+// go-nsq reads the size of an answer and allocates it without a bound:
+// another protocol's first bytes read as hundreds of megabytes (Redis's
+// "-ERR" as 759 MB), which it then waits a minute for. So before go-nsq
+// connects to an nsqd for Open, Publish or Subscribe, nsqbus connects
+// on its own, sends IDENTIFY and reads at most 64 KB of the answer,
+// within dial_timeout and the context: a server that answers in another
+// protocol fails with an error wrapping driver.ErrInvalid that quotes
+// its first bytes (Publish goes on to the URL's next nsqd), one that
+// says nothing fails when dial_timeout ends. Connections go-nsq makes
+// again on its own (a consumer's nsqd lost, or named anew by
+// nsqlookupd) are not checked. nsqlookupd's and nsqd's HTTP answers are
+// read up to 64 MB. A topic or group name NSQ cannot take wraps
+// driver.ErrInvalid; an oversized message ErrTooLarge; a Publish that
+// reached no nsqd ErrRetryable.
 //
 // # Concurrency
 //

@@ -18,6 +18,7 @@ package nsqbus
 // writer waits on a full socket. Order: wmu, mu.
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -56,8 +57,9 @@ func newProducer(c *conn, addr string) *producer {
 }
 
 // connect returns the connection, dialing nsqd (IDENTIFY, and AUTH
-// with the secret) when there is none. The caller holds wmu.
-func (p *producer) connect() (*nsq.Conn, error) {
+// with the secret) when there is none, once checkNSQD, bounded by ctx,
+// found that the server speaks NSQ. The caller holds wmu.
+func (p *producer) connect(ctx context.Context) (*nsq.Conn, error) {
 	p.mu.Lock()
 	nc, closed := p.nc, p.closed
 	p.mu.Unlock()
@@ -66,6 +68,9 @@ func (p *producer) connect() (*nsq.Conn, error) {
 		return nil, driver.ErrClosed
 	case nc != nil:
 		return nc, nil
+	}
+	if err := p.c.checkNSQD(ctx, p.addr); err != nil {
+		return nil, err
 	}
 	nc = nsq.NewConn(p.addr, p.c.nsqConfig(), p)
 	nc.SetLogger(p.c.nsqLogger(), nsq.LogLevelWarning, "(%s)")
@@ -85,20 +90,20 @@ func (p *producer) connect() (*nsq.Conn, error) {
 
 // send writes cmd and returns the channel its answer comes on. An error
 // means nothing was sent: the producer is closed, or nsqd could not be
-// reached.
-func (p *producer) send(cmd *nsq.Command) (<-chan error, error) {
+// reached (connecting is bounded by ctx).
+func (p *producer) send(ctx context.Context, cmd *nsq.Command) (<-chan error, error) {
 	c := &command{cmd: cmd, done: make(chan error, 1)}
-	if err := p.write(c); err != nil {
+	if err := p.write(ctx, c); err != nil {
 		return nil, err
 	}
 	return c.done, nil
 }
 
-func (p *producer) write(c *command) error {
+func (p *producer) write(ctx context.Context, c *command) error {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	for {
-		nc, err := p.connect()
+		nc, err := p.connect(ctx)
 		if err != nil {
 			return err
 		}
@@ -172,7 +177,8 @@ func (p *producer) OnClose(nc *nsq.Conn) {
 			c.done <- errLost
 			continue
 		}
-		if err := p.write(c); err != nil {
+		// Bounded by the dial timeout: the caller's ctx is gone.
+		if err := p.write(context.Background(), c); err != nil {
 			c.done <- fmt.Errorf("sending again a command nsqd did not run: %w", err)
 		}
 	}

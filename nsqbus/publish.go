@@ -60,7 +60,7 @@ func (p *publisher) ping(ctx context.Context, addr string) error {
 	go func() { // ends within dial_timeout and nsqd's answers
 		pr.wmu.Lock()
 		defer pr.wmu.Unlock()
-		_, err := pr.connect()
+		_, err := pr.connect(ctx)
 		done <- err
 	}()
 	select {
@@ -355,12 +355,16 @@ func (p *publisher) send(ctx context.Context, cmd *nsq.Command) (<-chan error, e
 		if err != nil {
 			return nil, err
 		}
-		done, err := pr.send(cmd)
+		done, err := pr.send(ctx, cmd)
 		if err == nil {
 			return done, nil
 		}
 		if errors.Is(err, driver.ErrClosed) {
 			return nil, err
+		}
+		if errors.Is(err, driver.ErrInvalid) { // not an nsqd (checkNSQD): nothing was sent, and trying again would not help
+			last = fmt.Errorf("nsqd %s: %w", addr, err)
+			continue
 		}
 		last = fmt.Errorf("nsqd %s: %w: %w", addr, p.c.clientError(err), driver.ErrRetryable)
 	}

@@ -105,6 +105,13 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 			return fail(fmt.Errorf("create the channel on nsqd %s: %w", n.http, err))
 		}
 	}
+	// go-nsq reads an answer's size without a bound: each nsqd is
+	// checked before the consumer is given its address (check.go).
+	for _, n := range nodes {
+		if err := c.checkNSQD(ctx, n.tcp); err != nil {
+			return fail(fmt.Errorf("nsqd %s: %w", n.tcp, err))
+		}
+	}
 	s := &sub{
 		c: c, topic: topic, nsqTop: nsqTop, channel: channel, cb: opts.Lanes,
 		maxMsgs: min(max(opts.MaxInFlight, 1), maxRdy), maxBytes: max(opts.MaxInFlightBytes, 1),

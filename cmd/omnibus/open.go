@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/omnibus-go/omnibus"
@@ -44,14 +43,6 @@ func (a *app) open(ctx context.Context, flag string, opts ...omnibus.Option) (*o
 	raw := a.resolveURL(flag)
 	octx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
-	if strings.HasPrefix(raw, "nsq://") {
-		// go-nsq reads an answer's length without a bound: another
-		// protocol's first bytes ("-ERR") make it allocate hundreds of
-		// megabytes and wait for them. Look first.
-		if werr := wrongProtocol(octx, raw); werr != nil {
-			return nil, fmt.Errorf("omnibus: open %s: %w", omnibus.RedactURL(raw), werr)
-		}
-	}
 	type opened struct {
 		c   *omnibus.Client
 		err error
@@ -64,7 +55,10 @@ func (a *app) open(ctx context.Context, flag string, opts ...omnibus.Option) (*o
 	var r opened
 	select {
 	case r = <-done:
-		if r.err == nil || errors.Is(r.err, omnibus.ErrInvalid) || errors.Is(r.err, omnibus.ErrUnknownScheme) {
+		// ErrInvalid is a bad URL, not worth a look, except from
+		// nsqbus, which says so of a server that does not speak NSQ.
+		if r.err == nil || errors.Is(r.err, omnibus.ErrUnknownScheme) ||
+			errors.Is(r.err, omnibus.ErrInvalid) && scheme(raw) != "nsq" {
 			return r.c, r.err
 		}
 	case <-time.After(probeAfter):

@@ -1,0 +1,165 @@
+package omnibus_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/membus"
+)
+
+// waitingConn is a membus connection whose subscribers' Receive waits
+// for deliveries, as Kafka's and Redis's do, instead of returning empty
+// when membus wakes it: only a revocation or a loss of lanes makes the
+// Receive in progress return empty (drivers make Receive return
+// promptly then), once the engine waits for it.
+type waitingConn struct{ driver.Conn }
+
+func (c *waitingConn) Subscribe(ctx context.Context, topic string, opts driver.SubscribeOptions) (driver.Subscriber, error) {
+	s := &waitingSub{}
+	opts.Lanes = &waitingLanes{Lanes: opts.Lanes, s: s}
+	inner, err := c.Conn.Subscribe(ctx, topic, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.Subscriber = inner
+	return s, nil
+}
+
+type waitingSub struct {
+	driver.Subscriber
+
+	mu     sync.Mutex
+	cancel context.CancelFunc // the Receive in progress's, when one is
+}
+
+func (s *waitingSub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	s.cancel = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.cancel = nil
+		s.mu.Unlock()
+	}()
+	for {
+		ds, err := s.Subscriber.Receive(rctx, room)
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case rctx.Err() != nil:
+			return nil, nil // stopped
+		case err != nil || len(ds) > 0:
+			return ds, err
+		}
+	}
+}
+
+// Commit passes the engine's commits to membus.
+func (s *waitingSub) Commit(ctx context.Context, ds []*driver.Delivery) error {
+	return s.Subscriber.(driver.Committer).Commit(ctx, ds)
+}
+
+// stop makes the Receive in progress return empty.
+func (s *waitingSub) stop() {
+	s.mu.Lock()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.mu.Unlock()
+}
+
+// waitingLanes passes the driver's calls to the engine. A revocation or
+// a loss stops the Receive in progress once the engine waits for it
+// (20ms after the call), so that the Receive it waits for is the one
+// stopped, not one started before it began to wait.
+type waitingLanes struct {
+	driver.Lanes
+	s *waitingSub
+}
+
+func (l *waitingLanes) Revoked(ctx context.Context, ids []string) {
+	l.stopDuring(func() { l.Lanes.Revoked(ctx, ids) })
+}
+
+func (l *waitingLanes) Lost(ids []string) {
+	l.stopDuring(func() { l.Lanes.Lost(ids) })
+}
+
+func (l *waitingLanes) stopDuring(call func()) {
+	done := make(chan struct{})
+	go func() { // ends with the engine's call
+		defer close(done)
+		call()
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(20 * time.Millisecond):
+	}
+	l.s.stop()
+	<-done
+}
+
+// TestLaneClaimedBackByTheSameMember: a lane revoked from a member and
+// claimed back by it while its fetch loop waits in Receive. The fetch
+// loop must not start a Receive between the revocation's wait for the
+// Receive in progress and its marking of the lane: that Receive would
+// carry the epoch from before the marking, and the deliveries of the
+// claim that follows (which it returns) would be dropped as the old
+// claim's; the transport, having handed them over, does not deliver them
+// again. Every message published to the lane meanwhile must be handled.
+func TestLaneClaimedBackByTheSameMember(t *testing.T) {
+	const topic = "reclaim"
+	fc := &waitingConn{Conn: membus.New(membus.Config{Partitions: 2}).Conn()}
+	c, err := omnibus.New(fc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	handled := newCounter()
+	a, err := c.Subscribe(context.Background(), topic, func(ctx context.Context, m *omnibus.Message) error {
+		handled.add(m.ID)
+		return nil
+	}, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Run(context.Background())
+	defer a.Close()
+	// The member's fetch loop waits in Receive, on both lanes.
+	warm := publishKeys(t, c, topic, keyOn(0, 2, 0), keyOn(1, 2, 1))
+	waitFor(t, func() bool { return handled.count(warm) == len(warm) }, "the first messages")
+	time.Sleep(50 * time.Millisecond)
+
+	// Again and again: a second member (never run) takes lane 1 (the
+	// first member's Receive returns for the revocation), messages are
+	// published to lane 1, held for the second member, which reads
+	// nothing, and it leaves: lane 1 comes back to the first member,
+	// whose Receive returns them.
+	for round := range 10 {
+		b, err := c.Subscribe(context.Background(), topic, func(context.Context, *omnibus.Message) error { return nil },
+			omnibus.Group("g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := make([]string, 10)
+		for i := range keys {
+			keys[i] = keyOn(1, 2, 100*round+i)
+		}
+		ids := publishKeys(t, c, topic, keys...)
+		within(t, 5*time.Second, "Close of the second consumer", func() { _ = b.Close() })
+		deadline := time.Now().Add(2 * time.Second)
+		for handled.count(ids) < len(ids) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := handled.count(ids); got != len(ids) {
+			t.Fatalf("round %d: %d of the %d messages published while the lane was away were handled after it came back", round, got, len(ids))
+		}
+	}
+}
