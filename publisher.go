@@ -156,24 +156,30 @@ type Publisher struct {
 // pubQueue is one share of a topic's keys.
 type pubQueue struct {
 	topic   string
-	pending []*PublishResult
+	pending []outgoing // by value: no allocation per message
 	bytes   int
 	running bool        // a sender goroutine owns the queue
 	timer   *time.Timer // lingering before the sender starts
 }
 
 // PublishResult is the outcome of one message given to Publisher.Publish.
+// It holds nothing of the message but its ID: a caller keeping thousands
+// of results keeps little.
 type PublishResult struct {
-	id   string
-	msg  driver.Message // cleared once the outcome is known
-	size int            // msg.Size()
-	ctx  context.Context
-	end  func(error) // the PublishHooks' ends, or nil
-
+	id    string
 	mu    sync.Mutex
 	done  bool
 	err   error
 	ready chan struct{} // made when asked for before the outcome is known
+}
+
+// outgoing is a message in a Publisher, from Publish until its outcome.
+type outgoing struct {
+	r    *PublishResult
+	msg  driver.Message
+	size int // msg.Size()
+	ctx  context.Context
+	end  func(error) // the PublishHooks' ends, or nil
 }
 
 // closedReady is what Ready returns once the outcome is known.
@@ -214,18 +220,14 @@ func (r *PublishResult) Get(ctx context.Context) error {
 	}
 }
 
-// finish records the outcome and lets go of the message.
+// finish records the outcome.
 func (r *PublishResult) finish(err error) {
 	r.mu.Lock()
 	r.done, r.err = true, err
-	r.msg, r.ctx = driver.Message{}, nil
 	if r.ready != nil {
 		close(r.ready)
 	}
 	r.mu.Unlock()
-	if r.end != nil {
-		r.end(err)
-	}
 }
 
 // Publisher returns a new asynchronous publisher on the client.
@@ -260,30 +262,30 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m *Message) (*Pub
 	if err := p.c.prepare(topic, ms[:], time.Now()); err != nil {
 		return nil, err
 	}
-	r := &PublishResult{id: m.ID, ctx: ctx}
+	o := outgoing{r: &PublishResult{id: m.ID}, ctx: ctx}
 	if hs := p.c.hooks.publish; len(hs) > 0 {
 		// Hooks see each message as a Publish of one, with its own
 		// context (a trace's parent), before it is queued.
-		ctx, r.end = wrap(ctx, hs, func(h PublishHook, ctx context.Context) (context.Context, func(error)) {
+		ctx, o.end = wrap(ctx, hs, func(h PublishHook, ctx context.Context) (context.Context, func(error)) {
 			return h.OnPublish(ctx, topic, ms[:])
 		})
-		r.ctx = ctx
+		o.ctx = ctx
 	}
-	r.msg = toDriver(m)
-	r.size = r.msg.Size()
-	if err := p.enqueue(ctx, topic, m.Key, r); err != nil {
-		if r.end != nil {
-			r.end(err)
+	o.msg = toDriver(m)
+	o.size = o.msg.Size()
+	if err := p.enqueue(ctx, topic, m.Key, &o); err != nil {
+		if o.end != nil {
+			o.end(err)
 		}
 		return nil, err
 	}
-	return r, nil
+	return o.r, nil
 }
 
-// enqueue waits for room, then queues r, starting or arming its queue's
-// sender.
-func (p *Publisher) enqueue(ctx context.Context, topic, key string, r *PublishResult) error {
-	size := r.size
+// enqueue waits for room, then queues a copy of o, starting or arming
+// its queue's sender.
+func (p *Publisher) enqueue(ctx context.Context, topic, key string, o *outgoing) error {
+	size := o.size
 	p.mu.Lock()
 	for {
 		if p.closed {
@@ -322,7 +324,7 @@ func (p *Publisher) enqueue(ctx context.Context, topic, key string, r *PublishRe
 	} else {
 		q = qs[maphash.String(p.seed, key)%uint64(len(qs))]
 	}
-	q.pending = append(q.pending, r)
+	q.pending = append(q.pending, *o)
 	q.bytes += size
 	p.msgs++
 	p.size += size
@@ -389,7 +391,7 @@ func (p *Publisher) send(q *pubQueue) {
 
 // takeLocked takes the next batch from q's head: up to the batch bounds,
 // at least one message.
-func (p *Publisher) takeLocked(q *pubQueue) ([]*PublishResult, int) {
+func (p *Publisher) takeLocked(q *pubQueue) ([]outgoing, int) {
 	n, bytes := 0, 0
 	for n < len(q.pending) && n < p.cfg.count {
 		s := q.pending[n].size
@@ -410,7 +412,7 @@ func (p *Publisher) takeLocked(q *pubQueue) ([]*PublishResult, int) {
 
 // publish publishes batch, leaving out what its contexts gave up on, and
 // returns each message's outcome.
-func (p *Publisher) publish(topic string, batch []*PublishResult) []error {
+func (p *Publisher) publish(topic string, batch []outgoing) []error {
 	send, index, errs := p.sendable(topic, batch)
 	if len(send) > 0 {
 		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.timeout)
@@ -425,7 +427,7 @@ func (p *Publisher) publish(topic string, batch []*PublishResult) []error {
 // the batch when queuer reports its outcome. false: nothing was queued
 // (the batch is then published the common way, which rides through what
 // kept it out).
-func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []*PublishResult, bytes int) bool {
+func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []outgoing, bytes int) bool {
 	send, index, errs := p.sendable(topic, batch)
 	if len(send) == 0 {
 		p.settle(batch, bytes, errs)
@@ -454,16 +456,17 @@ func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []*PublishRe
 // sendable returns the messages of batch to send (their positions in
 // batch in index) and the outcomes, already set for the messages whose
 // contexts gave up before the batch left.
-func (p *Publisher) sendable(topic string, batch []*PublishResult) (send []*driver.Message, index []int, errs []error) {
+func (p *Publisher) sendable(topic string, batch []outgoing) (send []*driver.Message, index []int, errs []error) {
 	send = make([]*driver.Message, 0, len(batch))
 	index = make([]int, 0, len(batch))
 	errs = make([]error, len(batch))
-	for i, r := range batch {
-		if err := r.ctx.Err(); err != nil {
-			errs[i] = fmt.Errorf("omnibus: publish %q: message %q not sent: %w", topic, r.id, err)
+	for i := range batch {
+		o := &batch[i]
+		if err := o.ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("omnibus: publish %q: message %q not sent: %w", topic, o.r.id, err)
 			continue
 		}
-		send = append(send, &r.msg)
+		send = append(send, &o.msg)
 		index = append(index, i)
 	}
 	return send, index, errs
@@ -487,10 +490,15 @@ func outcomes(topic string, index []int, errs []error, err error) {
 
 // settle gives every result of batch its outcome and releases the
 // batch's room in the buffer.
-func (p *Publisher) settle(batch []*PublishResult, bytes int, errs []error) {
-	for i, r := range batch {
-		r.finish(errs[i])
+func (p *Publisher) settle(batch []outgoing, bytes int, errs []error) {
+	for i := range batch {
+		o := &batch[i]
+		o.r.finish(errs[i])
+		if o.end != nil {
+			o.end(errs[i])
+		}
 	}
+	clear(batch) // the queue's array holds no message past its outcome
 	p.mu.Lock()
 	p.msgs -= len(batch)
 	p.size -= bytes
