@@ -45,14 +45,16 @@ func (s *suite) testIdleHandover(t *testing.T) {
 	col.await(t, publishN(t, pub, topic, keys, keys, 8))
 
 	// step changes the members (change must return within handoverBound),
-	// publishes to every lane after an idle moment and waits for the
-	// messages, all within handoverBound, and returns how long it took.
+	// waits until every lane has one holder and the holders are want in
+	// number, publishes to every lane and waits for the messages, all
+	// within handoverBound of the change.
 	var worst time.Duration
 	var took []string
-	step := func(round int, what string, change func()) {
+	step := func(round int, what string, want int, change func(), consumers func() []*omnibus.Consumer) {
 		t.Helper()
 		time.Sleep(100 * time.Millisecond) // idle: fetch loops wait in Receive
 		began := time.Now()
+		since := func() time.Duration { return time.Since(began).Round(time.Millisecond) }
 		done := make(chan struct{})
 		go func() { // ends with change, which a stalled revocation holds up to DrainTimeout
 			defer close(done)
@@ -64,17 +66,39 @@ func (s *suite) testIdleHandover(t *testing.T) {
 			// How long it stalls, for the report: up to DrainTimeout.
 			select {
 			case <-done:
-				t.Fatalf("round %d: %s took %v (DrainTimeout %v), beyond %v", round, what, time.Since(began).Round(time.Millisecond), handoverDrain, handoverBound)
+				t.Fatalf("round %d: %s took %v (DrainTimeout %v), beyond %v", round, what, since(), handoverDrain, handoverBound)
 			case <-time.After(handoverDrain):
-				t.Fatalf("round %d: %s did not return within %v; goroutines:\n%s", round, what, time.Since(began).Round(time.Millisecond), stacks(t))
+				t.Fatalf("round %d: %s did not return within %v; goroutines:\n%s", round, what, since(), stacks(t))
 			}
 		}
-		changed := time.Since(began)
+		changed := since()
+		// A transport that rebalances in the background returns from the
+		// change at once; its revocation shows as a lane with two holders
+		// (the old one's still draining) or none.
+		var lanes map[string][]string
+		split := func() bool {
+			lanes = holders(consumers())
+			members := map[string]bool{}
+			for _, hs := range lanes {
+				if len(hs) != 1 {
+					return false
+				}
+				members[hs[0]] = true
+			}
+			return len(lanes) == s.h.Lanes && len(members) == want
+		}
+		if !poll(handoverBound-time.Since(began), split) {
+			stuck := fmt.Sprint(lanes)
+			if poll(handoverDrain, split) {
+				t.Fatalf("round %d: %s returned after %v; the lanes were held by %d members, one each, after %v (DrainTimeout %v), beyond %v; at %v: %s",
+					round, what, changed, want, since(), handoverDrain, handoverBound, handoverBound, stuck)
+			}
+			t.Fatalf("round %d: %s returned after %v; the lanes were not held by %d members, one each, after %v: %v", round, what, changed, want, since(), lanes)
+		}
 		ids := publishN(t, pub, topic, keys, keys, 8)
-		left := handoverBound - time.Since(began)
-		if !poll(left, func() bool { return len(col.missing(ids)) == 0 }) {
-			t.Fatalf("round %d: %s returned after %v, yet %d of %d messages published to every lane afterwards were not handled within %v of it (DrainTimeout %v)",
-				round, what, changed.Round(time.Millisecond), len(col.missing(ids)), len(ids), handoverBound, handoverDrain)
+		if !poll(handoverBound-time.Since(began), func() bool { return len(col.missing(ids)) == 0 }) {
+			t.Fatalf("round %d: %s returned after %v, yet %d of %d messages published to every lane afterwards were not handled within %v of it",
+				round, what, changed, len(col.missing(ids)), len(ids), handoverBound)
 		}
 		d := time.Since(began)
 		worst = max(worst, d)
@@ -82,42 +106,53 @@ func (s *suite) testIdleHandover(t *testing.T) {
 	}
 
 	const rounds = 8
+	one := func() []*omnibus.Consumer { return []*omnibus.Consumer{k} }
 	for round := range rounds {
-		step(round, "Scale(2)", func() {
+		step(round, "Scale(2)", 2, func() {
 			if err := k.Scale(ctxT(t), 2); err != nil {
 				t.Errorf("Scale(2): %v", err)
 			}
-		})
-		step(round, "Scale(1)", func() {
+		}, one)
+		step(round, "Scale(1)", 1, func() {
 			if err := k.Scale(ctxT(t), 1); err != nil {
 				t.Errorf("Scale(1): %v", err)
 			}
-		})
+		}, one)
 	}
 	other := s.open(t)
 	for round := range rounds {
 		ctx, cancel := context.WithCancel(context.Background())
 		var k2 *omnibus.Consumer
 		var done <-chan error
-		step(round, "second consumer joins", func() {
+		step(round, "second consumer joins", 2, func() {
 			var err error
 			if k2, err = other.Subscribe(ctxT(t), topic, col.handler, opts...); err != nil {
 				t.Errorf("Subscribe: %v", err)
 				return
 			}
 			done = start(ctx, k2)
-		})
-		if k2 == nil {
-			cancel()
-			t.FailNow()
-		}
-		step(round, "second consumer leaves", func() {
+		}, func() []*omnibus.Consumer { return []*omnibus.Consumer{k, k2} })
+		step(round, "second consumer leaves", 1, func() {
 			cancel()
 			if err := <-done; err != nil {
 				t.Errorf("Run of the second consumer: %v", err)
 			}
 			_ = k2.Close()
-		})
+		}, one)
 	}
 	t.Logf("worst handover %v; %v", worst.Round(time.Millisecond), took)
+}
+
+// holders maps each lane the consumers hold to its holders, each named
+// by consumer and member ("c0m1"), a lane being drained among them.
+func holders(ks []*omnibus.Consumer) map[string][]string {
+	lanes := map[string][]string{}
+	for i, k := range ks {
+		for _, l := range k.Stats().Lanes {
+			if l.Member >= 0 {
+				lanes[l.Lane] = append(lanes[l.Lane], fmt.Sprintf("c%dm%d", i, l.Member))
+			}
+		}
+	}
+	return lanes
 }
