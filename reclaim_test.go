@@ -163,3 +163,198 @@ func TestLaneClaimedBackByTheSameMember(t *testing.T) {
 		}
 	}
 }
+
+// gapConn is a membus connection whose subscribers wake their Receive
+// only before calling Revoked, as membus, natsbus, redisbus and kafkabus
+// do, and wait until the engine has started the next Receive before they
+// call it: that Receive waits for data on an idle topic. Only Wake
+// (driver.Waker), which the engine calls once it waits, ends it.
+type gapConn struct {
+	driver.Conn
+
+	mu    sync.Mutex
+	lanes []*gapLanes // each subscriber's, in order
+}
+
+func (c *gapConn) Subscribe(ctx context.Context, topic string, opts driver.SubscribeOptions) (driver.Subscriber, error) {
+	s := &gapSub{began: make(chan struct{}, 1)}
+	s.inner = &waitingSub{}
+	l := &gapLanes{Lanes: opts.Lanes, s: s}
+	c.mu.Lock()
+	c.lanes = append(c.lanes, l)
+	c.mu.Unlock()
+	opts.Lanes = l
+	inner, err := c.Conn.Subscribe(ctx, topic, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.inner.Subscriber = inner
+	return s, nil
+}
+
+type gapSub struct {
+	inner *waitingSub
+	began chan struct{} // a Receive began
+
+	mu    sync.Mutex
+	woken bool // Wake came with no Receive to stop: the next returns at once
+}
+
+func (s *gapSub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery, error) {
+	s.mu.Lock()
+	woken := s.woken
+	s.woken = false
+	s.mu.Unlock()
+	if woken {
+		return nil, nil
+	}
+	driver.Notify(s.began)
+	return s.inner.Receive(ctx, room)
+}
+
+func (s *gapSub) Commit(ctx context.Context, ds []*driver.Delivery) error {
+	return s.inner.Commit(ctx, ds)
+}
+
+func (s *gapSub) Close() error { return s.inner.Close() }
+
+// Wake implements driver.Waker.
+func (s *gapSub) Wake() {
+	s.mu.Lock()
+	s.inner.mu.Lock()
+	if s.inner.cancel != nil {
+		s.inner.cancel()
+	} else {
+		s.woken = true
+	}
+	s.inner.mu.Unlock()
+	s.mu.Unlock()
+}
+
+type gapLanes struct {
+	driver.Lanes
+	s *gapSub
+}
+
+func (l *gapLanes) Revoked(ctx context.Context, ids []string) {
+	l.wakeFirst()
+	l.Lanes.Revoked(ctx, ids)
+}
+
+func (l *gapLanes) Lost(ids []string) {
+	l.wakeFirst()
+	l.Lanes.Lost(ids)
+}
+
+// wakeFirst stops the Receive in progress, if one is, and waits (a
+// second at most) for the fetch loop to start the next.
+func (l *gapLanes) wakeFirst() {
+	l.s.inner.mu.Lock()
+	receiving := l.s.inner.cancel != nil
+	l.s.inner.mu.Unlock()
+	if !receiving {
+		return
+	}
+	select {
+	case <-l.s.began: // the one in progress
+	default:
+	}
+	l.s.inner.stop()
+	select {
+	case <-l.s.began:
+	case <-time.After(time.Second):
+	}
+	time.Sleep(10 * time.Millisecond) // it waits in membus
+}
+
+// TestRevocationWakesTheReceiveItWaitsFor: a driver wakes its Receive
+// before calling Revoked, and the fetch loop starts another in between,
+// on an idle topic. The revocation waits for that one: the engine must
+// wake it (driver.Waker), or the handover takes DrainTimeout.
+func TestRevocationWakesTheReceiveItWaitsFor(t *testing.T) {
+	const topic = "gap"
+	fc := &gapConn{Conn: membus.New(membus.Config{Partitions: 2}).Conn()}
+	c, err := omnibus.New(fc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	handled := newCounter()
+	h := func(ctx context.Context, m *omnibus.Message) error {
+		handled.add(m.ID)
+		return nil
+	}
+	opts := []omnibus.SubscribeOption{omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest), omnibus.DrainTimeout(30 * time.Second)}
+	a, err := c.Subscribe(context.Background(), topic, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Run(context.Background())
+	defer a.Close()
+	warm := publishKeys(t, c, topic, keyOn(0, 2, 0), keyOn(1, 2, 1))
+	waitFor(t, func() bool { return handled.count(warm) == len(warm) }, "the first messages")
+	for round := range 3 {
+		time.Sleep(50 * time.Millisecond) // idle: the fetch loop waits in Receive
+		began := time.Now()
+		var b *omnibus.Consumer
+		within(t, 5*time.Second, "a second member joining (lane 1 revoked from the first)", func() {
+			b, err = c.Subscribe(context.Background(), topic, h, opts...)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		within(t, 5*time.Second, "the second member leaving", func() { _ = b.Close() })
+		ids := publishKeys(t, c, topic, keyOn(0, 2, 10*round+2), keyOn(1, 2, 10*round+3))
+		waitFor(t, func() bool { return handled.count(ids) == len(ids) }, "messages published after the handover")
+		t.Logf("round %d: handover and back in %v", round, time.Since(began).Round(time.Millisecond))
+	}
+}
+
+// TestLossWakesTheReceiveItWaitsFor is the gap on a loss: Lost waits a
+// second at most for the Receive in progress, which the engine must wake.
+func TestLossWakesTheReceiveItWaitsFor(t *testing.T) {
+	const topic = "gap-lost"
+	fc := &gapConn{Conn: membus.New(membus.Config{Partitions: 2}).Conn()}
+	c, err := omnibus.New(fc, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	handled := newCounter()
+	a, err := c.Subscribe(context.Background(), topic, func(ctx context.Context, m *omnibus.Message) error {
+		handled.add(m.ID)
+		return nil
+	}, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Run(context.Background())
+	defer a.Close()
+	warm := publishKeys(t, c, topic, keyOn(0, 2, 0), keyOn(1, 2, 1))
+	waitFor(t, func() bool { return handled.count(warm) == len(warm) }, "the first messages")
+	fc.mu.Lock()
+	lanes := fc.lanes[0]
+	fc.mu.Unlock()
+	for round := range 3 {
+		time.Sleep(50 * time.Millisecond) // idle: the fetch loop waits in Receive
+		began := time.Now()
+		lanes.Lost([]string{"0"})
+		took := time.Since(began)
+		t.Logf("round %d: Lost took %v", round, took.Round(time.Millisecond))
+		if took > 500*time.Millisecond {
+			t.Errorf("round %d: Lost took %v: it waited for a Receive nobody woke", round, took.Round(time.Millisecond))
+		}
+		// The lane comes back, as after a new session. A Receive that
+		// outlived Lost's wait would drop the new claim's deliveries as
+		// the old one's.
+		lanes.Claimed([]string{"0"})
+		ids := publishKeys(t, c, topic, keyOn(0, 2, 10*round+2), keyOn(1, 2, 10*round+3))
+		deadline := time.Now().Add(5 * time.Second)
+		for handled.count(ids) < len(ids) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := handled.count(ids); got != len(ids) {
+			t.Fatalf("round %d: %d of the %d messages published after the lane came back were handled", round, got, len(ids))
+		}
+	}
+}

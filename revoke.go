@@ -92,8 +92,11 @@ func (m *member) Lost(ids []string) {
 }
 
 // awaitReceive waits, at most until ctx ends, for an outstanding Receive
-// to return and its deliveries to be dispatched. Drivers make Receive
-// return promptly when they revoke.
+// to return and its deliveries to be dispatched. It wakes that Receive
+// (driver.Waker) once no other can start: a driver that woke Receive
+// itself before calling Revoked or Lost may have woken the one before,
+// and the fetch loop may have started this one since, which would
+// otherwise wait for a message (on an idle topic, until ctx ends).
 //
 // From then until the caller has marked its lanes (markedLocked), the
 // fetch loop starts no Receive: one started in between would carry the
@@ -110,6 +113,9 @@ func (m *member) awaitReceive(ctx context.Context) {
 	received := m.receiving
 	m.mu.Unlock()
 	if received != nil {
+		if m.waker != nil {
+			m.waker.Wake()
+		}
 		select {
 		case <-received:
 		case <-ctx.Done():

@@ -280,13 +280,17 @@ type SubscribeOptions struct {
 // expired); the engine abandons them at once.
 //
 // Revoked and Lost first wait for a Receive in progress to return, so that
-// what it read is handled as part of the old claim. A driver that revokes
-// therefore makes a Receive in progress return promptly (with what it has,
-// possibly nothing); one that does not delays the revocation by up to the
-// drain bound, after which deliveries of revoked lanes from that Receive
-// are dropped. While the revoked lanes drain, the engine goes on calling
-// Receive for the lanes that stay, and drops any delivery of a revoked
-// lane it gets.
+// what it read is handled as part of the old claim; from then until they
+// have marked the lanes, the engine starts no Receive. The Receive waited
+// for must therefore return promptly (with what it has, possibly nothing):
+// the engine calls [Waker.Wake] once it waits, and a driver whose Receive
+// can wait implements Waker. Waking Receive before calling Revoked or Lost
+// is not enough: the engine may start another Receive in between, which
+// nothing wakes. A Receive that does not return delays the revocation by
+// up to the drain bound (Lost: a second), after which deliveries of
+// revoked lanes from that Receive are dropped. While the revoked lanes
+// drain, the engine goes on calling Receive for the lanes that stay, and
+// drops any delivery of a revoked lane it gets.
 //
 // The driver calls Claimed and Revoked from one goroutine at a time. Lost
 // may be called at any time, also while a Revoked of other lanes is in
@@ -316,6 +320,17 @@ type Subscriber interface {
 	// transport: brokers redeliver them, logs resume from the last commit.
 	// Close is called once, after the engine has committed what it could.
 	Close() error
+}
+
+// Waker is implemented by a Subscriber whose Receive can wait (for a
+// message, for a server's answer). The engine calls Wake when it needs
+// the Receive in progress to end: a revocation or a loss of lanes waits
+// for it (see [Lanes]). That Receive then returns promptly, with what it
+// has or nothing; when Wake comes as it returns anyway, the next Receive
+// may return at once, empty. Wake does not block and is called from any
+// goroutine, never while the engine holds a lock that Receive needs.
+type Waker interface {
+	Wake()
 }
 
 // Room is how much one Receive may return: the engine's bounds on

@@ -119,6 +119,7 @@ type sub struct {
 	id         [16]byte         // the topic's ID, once read (attempts.go)
 	epoch      uint64
 	interrupt  context.CancelFunc // ends the PollRecords of a Receive in progress
+	woken      bool               // Wake came: Receive returns at once
 	partitions int                // partition count at the last Lag read
 	closed     bool
 
@@ -140,7 +141,8 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 	for {
 		pctx, cancel := context.WithCancel(ctx)
 		s.mu.Lock()
-		closed, revoked := s.closed, s.epoch != epoch
+		closed, revoked := s.closed, s.epoch != epoch || s.woken
+		s.woken = false
 		if !closed && !revoked {
 			s.interrupt = cancel
 		}
@@ -156,8 +158,11 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 		fs := s.cl.PollFetches(pctx)
 		s.mu.Lock()
 		s.interrupt = nil
-		s.mu.Unlock()
 		interrupted := pctx.Err() != nil
+		if interrupted {
+			s.woken = false // this Receive returns
+		}
+		s.mu.Unlock()
 		cancel()
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -184,6 +189,18 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 			}
 			return nil, fmt.Errorf("kafkabus: receive %q group %q: %w", s.topic, s.group, classify(ferr))
 		}
+	}
+}
+
+// Wake implements driver.Waker: the PollFetches of a Receive in progress
+// ends, and the Receive returns what it polled, possibly nothing; when
+// none polls, the Receive in progress (or the next) returns at once.
+func (s *sub) Wake() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.woken = true
+	if s.interrupt != nil {
+		s.interrupt()
 	}
 }
 

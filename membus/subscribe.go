@@ -225,6 +225,9 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 	}
 }
 
+// Wake implements driver.Waker: the Receive in progress returns empty.
+func (s *sub) Wake() { driver.Notify(s.wake) }
+
 // Commit implements driver.Committer.
 func (s *sub) Commit(_ context.Context, ds []*driver.Delivery) error {
 	t := s.t

@@ -142,6 +142,9 @@ func (s *sub) lanes() []string {
 	return ls
 }
 
+// Wake implements driver.Waker: the Receive in progress returns empty.
+func (s *sub) Wake() { driver.Notify(s.wake) }
+
 // Close implements driver.Subscriber: it stops reading and leaves the
 // group. A member of an unpartitioned group hands back at once (Nak)
 // everything it pulled and the engine did not settle: what the engine

@@ -213,6 +213,9 @@ func (s *sub) abort() {
 	}
 }
 
+// Wake implements driver.Waker: the Receive in progress returns empty.
+func (s *sub) Wake() { driver.Notify(s.wake) }
+
 // Close implements driver.Subscriber: it stops reading and leaves the
 // group. An unpartitioned member hands back at once everything it read
 // and did not acknowledge (its idle time set to claim_idle, so the next

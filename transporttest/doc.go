@@ -30,7 +30,9 @@
 // server-side state deleted, dead-letter topics that refuse a message,
 // observers and handlers that call the consumer back, handlers that
 // ignore their context, a key that keeps failing, a lane revoked while
-// others stay. A call that must not block runs with a bound; one that
+// others stay, lanes handed over again and again on an idle topic (each
+// handover within seconds, not the DrainTimeout a revocation waiting for
+// a Receive nobody wakes would take). A call that must not block runs with a bound; one that
 // hangs fails the test with the stacks of the goroutines the test
 // started, and the suite goes on.
 package transporttest

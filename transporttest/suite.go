@@ -58,6 +58,7 @@ func Run(t *testing.T, h Harness) {
 		{"HandlerIgnoresContext", s.testHandlerIgnoresContext},
 		{"RetryingKeyDoesNotStall", s.testRetryingKey},
 		{"RevocationKeepsOtherLanes", s.testRevocationKeepsOtherLanes},
+		{"IdleHandover", s.testIdleHandover},
 		{"HandlerCallsBack", s.testHandlerCallsBack},
 		{"MaxInFlightBytes", s.testMaxInFlightBytes},
 		{"ShutdownReportsFailedCommit", s.testShutdownReportsFailedCommit},
