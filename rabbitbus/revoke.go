@@ -23,6 +23,10 @@ func (s *sub) revoke(fn func()) {
 	s.bump()
 }
 
+// Wake implements driver.Waker: the Receive in progress (or the next)
+// returns empty, as when a revocation starts.
+func (s *sub) Wake() { s.bump() }
+
 func (s *sub) bump() {
 	s.mu.Lock()
 	s.revokes++
