@@ -169,13 +169,16 @@ func (p partSub) Receive(ctx context.Context, room driver.Room) ([]*driver.Deliv
 func (p partSub) Ack(ctx context.Context, ds []*driver.Delivery) error { return p.s.Ack(ctx, ds) }
 func (p partSub) Lag(ctx context.Context) ([]driver.LaneLag, error)    { return p.s.Lag(ctx) }
 func (p partSub) Close() error                                         { return p.s.Close() }
+func (p partSub) Wake()                                                { p.s.Wake() }
 
 var (
 	_ driver.Acker     = (*sub)(nil)
 	_ driver.Nacker    = (*sub)(nil)
 	_ driver.LagReader = (*sub)(nil)
+	_ driver.Waker     = (*sub)(nil)
 	_ driver.Acker     = partSub{}
 	_ driver.LagReader = partSub{}
+	_ driver.Waker     = partSub{}
 )
 
 // Close implements driver.Subscriber: it revokes the lanes it holds,
