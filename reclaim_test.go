@@ -106,6 +106,32 @@ func (l *waitingLanes) stopDuring(call func()) {
 	<-done
 }
 
+// runCounting opens a client over conn and runs a member of group g on
+// topic (two lanes) that counts what it handles, with opts besides; it
+// returns once a message on each lane was handled, so that the member's
+// fetch loop waits in Receive on an idle topic.
+func runCounting(t *testing.T, conn driver.Conn, topic string, opts ...omnibus.SubscribeOption) (*omnibus.Client, *counter) {
+	t.Helper()
+	c, err := omnibus.New(conn, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	handled := newCounter()
+	a, err := c.Subscribe(context.Background(), topic, func(ctx context.Context, m *omnibus.Message) error {
+		handled.add(m.ID)
+		return nil
+	}, append([]omnibus.SubscribeOption{omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Run(context.Background())
+	t.Cleanup(func() { a.Close() })
+	warm := publishKeys(t, c, topic, keyOn(0, 2, 0), keyOn(1, 2, 1))
+	waitFor(t, func() bool { return handled.count(warm) == len(warm) }, "the first messages")
+	return c, handled
+}
+
 // TestLaneClaimedBackByTheSameMember: a lane revoked from a member and
 // claimed back by it while its fetch loop waits in Receive. The fetch
 // loop must not start a Receive between the revocation's wait for the
@@ -116,25 +142,8 @@ func (l *waitingLanes) stopDuring(call func()) {
 // again. Every message published to the lane meanwhile must be handled.
 func TestLaneClaimedBackByTheSameMember(t *testing.T) {
 	const topic = "reclaim"
-	fc := &waitingConn{Conn: membus.New(membus.Config{Partitions: 2}).Conn()}
-	c, err := omnibus.New(fc, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	handled := newCounter()
-	a, err := c.Subscribe(context.Background(), topic, func(ctx context.Context, m *omnibus.Message) error {
-		handled.add(m.ID)
-		return nil
-	}, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go a.Run(context.Background())
-	defer a.Close()
 	// The member's fetch loop waits in Receive, on both lanes.
-	warm := publishKeys(t, c, topic, keyOn(0, 2, 0), keyOn(1, 2, 1))
-	waitFor(t, func() bool { return handled.count(warm) == len(warm) }, "the first messages")
+	c, handled := runCounting(t, &waitingConn{Conn: membus.New(membus.Config{Partitions: 2}).Conn()}, topic)
 	time.Sleep(50 * time.Millisecond)
 
 	// Again and again: a second member (never run) takes lane 1 (the
@@ -273,32 +282,19 @@ func (l *gapLanes) wakeFirst() {
 // wake it (driver.Waker), or the handover takes DrainTimeout.
 func TestRevocationWakesTheReceiveItWaitsFor(t *testing.T) {
 	const topic = "gap"
-	fc := &gapConn{Conn: membus.New(membus.Config{Partitions: 2}).Conn()}
-	c, err := omnibus.New(fc, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	handled := newCounter()
+	drain := omnibus.DrainTimeout(30 * time.Second)
+	c, handled := runCounting(t, &gapConn{Conn: membus.New(membus.Config{Partitions: 2}).Conn()}, topic, drain)
 	h := func(ctx context.Context, m *omnibus.Message) error {
 		handled.add(m.ID)
 		return nil
 	}
-	opts := []omnibus.SubscribeOption{omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest), omnibus.DrainTimeout(30 * time.Second)}
-	a, err := c.Subscribe(context.Background(), topic, h, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go a.Run(context.Background())
-	defer a.Close()
-	warm := publishKeys(t, c, topic, keyOn(0, 2, 0), keyOn(1, 2, 1))
-	waitFor(t, func() bool { return handled.count(warm) == len(warm) }, "the first messages")
 	for round := range 3 {
 		time.Sleep(50 * time.Millisecond) // idle: the fetch loop waits in Receive
 		began := time.Now()
 		var b *omnibus.Consumer
+		var err error
 		within(t, 5*time.Second, "a second member joining (lane 1 revoked from the first)", func() {
-			b, err = c.Subscribe(context.Background(), topic, h, opts...)
+			b, err = c.Subscribe(context.Background(), topic, h, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest), drain)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -315,23 +311,7 @@ func TestRevocationWakesTheReceiveItWaitsFor(t *testing.T) {
 func TestLossWakesTheReceiveItWaitsFor(t *testing.T) {
 	const topic = "gap-lost"
 	fc := &gapConn{Conn: membus.New(membus.Config{Partitions: 2}).Conn()}
-	c, err := omnibus.New(fc, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	handled := newCounter()
-	a, err := c.Subscribe(context.Background(), topic, func(ctx context.Context, m *omnibus.Message) error {
-		handled.add(m.ID)
-		return nil
-	}, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go a.Run(context.Background())
-	defer a.Close()
-	warm := publishKeys(t, c, topic, keyOn(0, 2, 0), keyOn(1, 2, 1))
-	waitFor(t, func() bool { return handled.count(warm) == len(warm) }, "the first messages")
+	c, handled := runCounting(t, fc, topic)
 	fc.mu.Lock()
 	lanes := fc.lanes[0]
 	fc.mu.Unlock()
