@@ -355,6 +355,53 @@ func waitFor(t testing.TB, cond func() bool, what string) {
 	}
 }
 
+// TestBatchIsWhatHasArrived: with Batch's default period (0) a batch is
+// what its key holds when a worker takes it: a first message runs alone,
+// and what arrives while its batch runs makes the next batch, whole, not
+// one message at a time.
+func TestBatchIsWhatHasArrived(t *testing.T) {
+	ctx := context.Background()
+	c := openMem(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	k, err := c.SubscribeBatch(ctx, "arrived", func(ctx context.Context, ms []*omnibus.Message) error {
+		mu.Lock()
+		sizes = append(sizes, len(ms))
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			close(started)
+			<-release
+		}
+		return nil
+	}, omnibus.Order(omnibus.OrderKey), omnibus.StartFrom(omnibus.StartEarliest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go k.Run(ctx)
+	defer k.Close()
+	if err := c.Publish(ctx, "arrived", &omnibus.Message{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	var more []*omnibus.Message
+	for range 5 {
+		more = append(more, &omnibus.Message{Key: "k"})
+	}
+	if err := c.Publish(ctx, "arrived", more...); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the five reach the key's queue behind the running batch
+	close(release)
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 2 }, "the second batch")
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(sizes, []int{1, 5}) {
+		t.Errorf("batch sizes %v, want [1 5]: the first message alone, then what arrived meanwhile", sizes)
+	}
+}
+
 func TestBatches(t *testing.T) {
 	ctx := context.Background()
 	c := openMem(t)
