@@ -153,15 +153,6 @@ type Publisher struct {
 	senders sync.WaitGroup
 }
 
-// pubQueue is one share of a topic's keys.
-type pubQueue struct {
-	topic   string
-	pending []outgoing // by value: no allocation per message
-	bytes   int
-	running bool        // a sender goroutine owns the queue
-	timer   *time.Timer // lingering before the sender starts
-}
-
 // PublishResult is the outcome of one message given to Publisher.Publish.
 // It holds nothing of the message but its ID: a caller keeping thousands
 // of results keeps little.
@@ -324,8 +315,7 @@ func (p *Publisher) enqueue(ctx context.Context, topic, key string, o *outgoing)
 	} else {
 		q = qs[maphash.String(p.seed, key)%uint64(len(qs))]
 	}
-	q.pending = append(q.pending, *o)
-	q.bytes += size
+	q.push(o, p.cfg.count)
 	p.msgs++
 	p.size += size
 	p.kickLocked(q)
@@ -336,10 +326,10 @@ func (p *Publisher) enqueue(ctx context.Context, topic, key string, o *outgoing)
 // kickLocked starts q's sender when a batch is due: the queue holds a
 // full batch, or there is no linger; otherwise it arms the linger timer.
 func (p *Publisher) kickLocked(q *pubQueue) {
-	if q.running || len(q.pending) == 0 {
+	if q.running || q.n == 0 {
 		return
 	}
-	if p.cfg.linger > 0 && len(q.pending) < p.cfg.count && q.bytes < p.cfg.bytes && !p.closed {
+	if p.cfg.linger > 0 && q.n < p.cfg.count && q.bytes < p.cfg.bytes && !p.closed {
 		if q.timer == nil {
 			q.timer = time.AfterFunc(p.cfg.linger, func() {
 				p.mu.Lock()
@@ -354,7 +344,7 @@ func (p *Publisher) kickLocked(q *pubQueue) {
 }
 
 func (p *Publisher) startLocked(q *pubQueue) {
-	if q.running || len(q.pending) == 0 {
+	if q.running || q.n == 0 {
 		return
 	}
 	if q.timer != nil {
@@ -375,39 +365,18 @@ func (p *Publisher) send(q *pubQueue) {
 	queuer, _ := p.c.conn.(driver.Queuer)
 	for {
 		p.mu.Lock()
-		batch, bytes := p.takeLocked(q)
-		if len(batch) == 0 {
+		if q.n == 0 {
 			q.running = false
 			p.mu.Unlock()
 			return
 		}
+		batch, bytes := q.take(p.cfg.count, p.cfg.bytes)
 		p.mu.Unlock()
 		if queuer != nil && p.queue(queuer, q.topic, batch, bytes) {
 			continue
 		}
 		p.settle(batch, bytes, p.publish(q.topic, batch))
 	}
-}
-
-// takeLocked takes the next batch from q's head: up to the batch bounds,
-// at least one message.
-func (p *Publisher) takeLocked(q *pubQueue) ([]outgoing, int) {
-	n, bytes := 0, 0
-	for n < len(q.pending) && n < p.cfg.count {
-		s := q.pending[n].size
-		if n > 0 && bytes+s > p.cfg.bytes {
-			break
-		}
-		bytes += s
-		n++
-	}
-	batch := q.pending[:n:n]
-	q.pending = q.pending[n:]
-	if len(q.pending) == 0 {
-		q.pending = nil
-	}
-	q.bytes -= bytes
-	return batch, bytes
 }
 
 // publish publishes batch, leaving out what its contexts gave up on, and

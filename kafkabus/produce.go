@@ -34,35 +34,50 @@ const (
 
 // record turns m into a Kafka record of topic.
 func record(topic string, m *driver.Message) *kgo.Record {
-	// The header values and the key share one buffer: one allocation
-	// where a []byte per value would be seven or more. A value appended
-	// after the buffer grew stays where it was written.
-	n := len(driver.SpecVersion) + len(m.ID) + len(m.Type) + len(m.Source) + 2*len(m.Key) + len(time.RFC3339Nano) + len(m.ContentType)
-	for _, v := range m.Headers {
-		n += len(v)
+	return &records(topic, []*driver.Message{m})[0]
+}
+
+// records turns msgs into Kafka records of topic. The records, their
+// headers, and the bytes of every header value and key are three
+// allocations for the whole batch: a record at a time was four a
+// message. A value appended after a buffer grew stays where it was
+// written.
+func records(topic string, msgs []*driver.Message) []kgo.Record {
+	nh, nb := 0, 0
+	for _, m := range msgs {
+		nh += 7 + len(m.Headers)
+		nb += len(driver.SpecVersion) + len(m.ID) + len(m.Type) + len(m.Source) + 2*len(m.Key) + len(time.RFC3339Nano) + len(m.ContentType)
+		for _, v := range m.Headers {
+			nb += len(v)
+		}
 	}
-	buf := make([]byte, 0, n)
-	hs := make([]kgo.RecordHeader, 0, 7+len(m.Headers))
-	driver.KafkaBinding.Encode(m, func(name, value string) {
-		at := len(buf)
-		buf = append(buf, value...)
-		hs = append(hs, kgo.RecordHeader{Key: name, Value: buf[at:len(buf):len(buf)]})
-	})
-	// The record timestamp is the publish time (kgo sets it), as with the
-	// Java producer: retention and delivery timeouts count from it, so a
-	// message re-published long after its Time (a dead letter, an outbox
-	// relay) is neither expired at once nor timed out. Time travels in
-	// ce_time.
-	r := &kgo.Record{Topic: topic, Value: m.Body, Headers: hs}
-	if m.Key != "" {
-		at := len(buf)
-		buf = append(buf, m.Key...)
-		r.Key = buf[at:len(buf):len(buf)]
+	rs := make([]kgo.Record, len(msgs))
+	hs := make([]kgo.RecordHeader, 0, nh)
+	buf := make([]byte, 0, nb)
+	for i, m := range msgs {
+		first := len(hs)
+		driver.KafkaBinding.Encode(m, func(name, value string) {
+			at := len(buf)
+			buf = append(buf, value...)
+			hs = append(hs, kgo.RecordHeader{Key: name, Value: buf[at:len(buf):len(buf)]})
+		})
+		// The record timestamp is the publish time (kgo sets it), as
+		// with the Java producer: retention and delivery timeouts count
+		// from it, so a message re-published long after its Time (a dead
+		// letter, an outbox relay) is neither expired at once nor timed
+		// out. Time travels in ce_time.
+		r := &rs[i]
+		r.Topic, r.Value, r.Headers = topic, m.Body, hs[first:len(hs):len(hs)]
+		if m.Key != "" {
+			at := len(buf)
+			buf = append(buf, m.Key...)
+			r.Key = buf[at:len(buf):len(buf)]
+		}
+		if r.Value == nil {
+			r.Value = []byte{} // an empty body, not a tombstone
+		}
 	}
-	if r.Value == nil {
-		r.Value = []byte{} // an empty body, not a tombstone
-	}
-	return r
+	return rs
 }
 
 // Publish implements driver.Conn. The batch is produced at once and
@@ -119,8 +134,9 @@ func (c *conn) Queue(ctx context.Context, topic string, msgs []*driver.Message, 
 	}
 	b := &queued{c: c, topic: topic, msgs: msgs, done: done}
 	b.left.Store(int64(len(msgs)))
-	for i, m := range msgs {
-		p.Produce(ctx, record(topic, m), func(_ *kgo.Record, err error) { b.settle(i, err) })
+	rs := records(topic, msgs)
+	for i := range rs {
+		p.Produce(ctx, &rs[i], func(_ *kgo.Record, err error) { b.settle(i, err) })
 	}
 	return nil
 }
