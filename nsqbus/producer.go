@@ -47,9 +47,19 @@ type producer struct {
 }
 
 // command is a PUB or MPUB waiting for its answer.
+//
+// Its answer goes on done only once its write has returned, though
+// nsqd may answer (or the connection close) before: the caller reuses
+// the command's bytes as soon as it has the answer, and the write, on
+// another goroutine when OnClose sends the command again, may still be
+// reading them. Under mu, writing says a write is under way, and early
+// holds an answer that came meanwhile.
 type command struct {
-	cmd  *nsq.Command
-	done chan error // the answer; buffered
+	cmd      *nsq.Command
+	done     chan error // the answer; buffered
+	writing  bool
+	answered bool
+	early    error
 }
 
 func newProducer(c *conn, addr string) *producer {
@@ -111,6 +121,7 @@ func (p *producer) write(ctx context.Context, c *command) error {
 		current := p.nc == nc
 		if current {
 			p.pending = append(p.pending, c)
+			c.writing = true
 		}
 		p.mu.Unlock()
 		if !current {
@@ -120,8 +131,26 @@ func (p *producer) write(ctx context.Context, c *command) error {
 		// OnIOError); the command is answered with the others from
 		// OnClose.
 		_ = nc.WriteCommand(c.cmd)
+		p.mu.Lock()
+		c.writing = false
+		answered, err := c.answered, c.early
+		c.answered, c.early = false, nil
+		p.mu.Unlock()
+		if answered {
+			c.done <- err
+		}
 		return nil
 	}
+}
+
+// finish hands c its answer, or leaves it to c's write in progress.
+// The caller holds mu.
+func (c *command) finish(err error) (send bool) {
+	if c.writing {
+		c.answered, c.early = true, err
+		return false
+	}
+	return true
 }
 
 // answer hands the oldest pending command of nc its answer.
@@ -137,8 +166,11 @@ func (p *producer) answer(nc *nsq.Conn, err error) {
 	if err != nil {
 		p.refused = true
 	}
+	send := c.finish(err)
 	p.mu.Unlock()
-	c.done <- err
+	if send {
+		c.done <- err
+	}
 }
 
 // OnResponse implements nsq.ConnDelegate: OK to the oldest command.
@@ -174,7 +206,12 @@ func (p *producer) OnClose(nc *nsq.Conn) {
 	p.mu.Unlock()
 	for _, c := range pending {
 		if !refused {
-			c.done <- errLost
+			p.mu.Lock()
+			send := c.finish(errLost)
+			p.mu.Unlock()
+			if send {
+				c.done <- errLost
+			}
 			continue
 		}
 		// Bounded by the dial timeout: the caller's ctx is gone.
