@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,4 +314,84 @@ func TestPublisherConcurrent(t *testing.T) {
 	if len(results) != 4000 {
 		t.Fatalf("%d results", len(results))
 	}
+}
+
+// discardConn is a membus connection whose publishes store nothing: what
+// a test publishes is reachable from nowhere but omnibus.
+type discardConn struct{ driver.Conn }
+
+func (discardConn) Publish(context.Context, string, []*driver.Message, driver.PublishOptions) error {
+	return nil
+}
+
+// TestPublishReleasesMessages: once a message's outcome is known, omnibus
+// holds nothing of it, its body above all, while the Client and the
+// Publisher stay open: a message at a time (which leaves a Publisher's
+// queue a part-filled array), in batches, and through Client.Publish
+// from many goroutines (calls that wait and are sent together).
+func TestPublishReleasesMessages(t *testing.T) {
+	c, err := omnibus.New(discardConn{membus.New(membus.Config{Partitions: 4}).Conn()},
+		omnibus.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	p := newPublisher(t, c, omnibus.Linger(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	var released atomic.Int64
+	// message returns a message whose body counts in released once
+	// nothing holds it.
+	message := func(i int) *omnibus.Message {
+		body := make([]byte, 1<<10)
+		runtime.AddCleanup(&body[0], func(*atomic.Int64) { released.Add(1) }, &released)
+		return &omnibus.Message{Key: strconv.Itoa(i % 3), Body: body}
+	}
+	// expect collects garbage until want bodies are released.
+	expect := func(step string, want int64) {
+		t.Helper()
+		for range 50 {
+			runtime.GC()
+			if released.Load() == want {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%s: %d of %d message bodies released after their outcome", step, released.Load(), want)
+	}
+
+	for i := range 10 { // a trickle: each flushed alone
+		r, err := p.Publish(ctx, "t", message(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+		expect(fmt.Sprintf("Publisher, message %d alone", i), int64(i+1))
+	}
+	for i := range 1000 {
+		if _, err := p.Publish(ctx, "t", message(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("Publisher, 1000 in batches", 1010)
+
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 20 {
+				if err := c.Publish(ctx, "t", message(g*20+i), message(g*20+i+1)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	expect("Client.Publish from 32 goroutines", 1010+32*20*2)
 }
