@@ -28,6 +28,12 @@ import (
 // goroutine. A hook must not keep the Message it is given after it
 // returns (copy what it needs). Hooks of one kind run in the order they
 // were registered, the client's before the consumer's.
+//
+// A PublishHook's end for a Publisher runs on the Publisher's sender,
+// before the messages it ends free their room: called from there, the
+// Publisher's Flush and Close, and a Publish that would wait for room,
+// return an error wrapping ErrInvalid at once (they would wait for
+// themselves).
 type Hook any
 
 // PublishHook sees every Client.Publish (not the engine's dead letters,

@@ -2,7 +2,9 @@ package omnibus
 
 // Calls from inside: Close, Shutdown and Scale wait for the engine's
 // goroutines, so called from one of them (a handler, or an observer) they
-// would wait for themselves. They look at their caller's stack first.
+// would wait for themselves; so would a Publisher's Flush and Close, and
+// a Publish waiting for room, called from a PublishHook's end while the
+// Publisher settles. They look at their caller's stack first.
 
 import (
 	"reflect"
@@ -13,19 +15,33 @@ import (
 // that run user callbacks: workers run handlers and observers, the settle
 // loop observers of commits, and the driver's goroutines observers of
 // lane events while they are inside a Lanes call.
-var engineFuncs = func() map[string]bool {
+var engineFuncs = funcNames((*member).worker, (*member).settleLoop, (*member).Claimed, (*member).Revoked, (*member).Lost)
+
+// settleFuncs is where a Publisher calls the PublishHooks' ends, before
+// the messages free their room.
+var settleFuncs = funcNames((*Publisher).settle)
+
+func funcNames(fs ...any) map[string]bool {
 	names := map[string]bool{}
-	for _, f := range []any{(*member).worker, (*member).settleLoop, (*member).Claimed, (*member).Revoked, (*member).Lost} {
+	for _, f := range fs {
 		names[runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()] = true
 	}
 	return names
-}()
+}
 
 // calledFromEngine reports whether the calling goroutine is running one of
 // the engine's callbacks, of any consumer. It walks the caller's stack
 // (a few microseconds): it is called by Close, Shutdown and Scale, never
 // per message.
-func calledFromEngine() bool {
+func calledFromEngine() bool { return calledFrom(engineFuncs) }
+
+// calledFromSettle reports whether the calling goroutine is running a
+// PublishHook's end for a Publisher, any Publisher (see calledFromEngine
+// for the cost).
+func calledFromSettle() bool { return calledFrom(settleFuncs) }
+
+// calledFrom reports whether one of funcs is on the caller's stack.
+func calledFrom(funcs map[string]bool) bool {
 	pcs := make([]uintptr, 64)
 	for {
 		n := runtime.Callers(2, pcs)
@@ -38,7 +54,7 @@ func calledFromEngine() bool {
 	frames := runtime.CallersFrames(pcs)
 	for {
 		f, more := frames.Next()
-		if engineFuncs[f.Function] {
+		if funcs[f.Function] {
 			return true
 		}
 		if !more {

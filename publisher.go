@@ -291,6 +291,11 @@ func (p *Publisher) enqueue(ctx context.Context, topic, key string, o *outgoing)
 			p.mu.Unlock()
 			return fmt.Errorf("omnibus: publish %q: %d messages, %d bytes held: %w", topic, p.msgs, p.size, ErrFull)
 		}
+		if calledFromSettle() {
+			p.mu.Unlock()
+			return fmt.Errorf("omnibus: publish %q: %d messages, %d bytes held (%w), and called from a PublishHook's end, "+
+				"which runs before its messages free their room, it would wait for itself: %w", topic, p.msgs, p.size, ErrFull, ErrInvalid)
+		}
 		room := p.room
 		p.mu.Unlock()
 		select {
@@ -480,10 +485,22 @@ func (p *Publisher) settle(batch []outgoing, bytes int, errs []error) {
 	p.mu.Unlock()
 }
 
+// reentered is the error of a call that would wait for the goroutine
+// it runs on.
+func reentered(op string) error {
+	return fmt.Errorf("omnibus: publisher %s: called from a PublishHook's end, which runs before its messages "+
+		"are done with, it would wait for itself: %w", op, ErrInvalid)
+}
+
 // Flush starts every queued batch at once (lingers cut short) and waits
 // until nothing is held: every message given before Flush, and during
-// it, has its outcome. It returns ctx's error if ctx ends first.
+// it, has its outcome. It returns ctx's error if ctx ends first. Called
+// from a PublishHook's end, it fails at once with an error wrapping
+// ErrInvalid (it would wait for itself), as Close does.
 func (p *Publisher) Flush(ctx context.Context) error {
+	if calledFromSettle() {
+		return reentered("flush")
+	}
 	p.mu.Lock()
 	for _, qs := range p.topics {
 		for _, q := range qs {
@@ -510,6 +527,9 @@ func (p *Publisher) Flush(ctx context.Context) error {
 // sent) and Close returns ctx's error once every sender has ended.
 // Close is idempotent.
 func (p *Publisher) Close(ctx context.Context) error {
+	if calledFromSettle() {
+		return reentered("close")
+	}
 	p.mu.Lock()
 	p.closed = true
 	close(p.room) // wakes Publish calls waiting for room: they fail

@@ -395,3 +395,76 @@ func TestPublishReleasesMessages(t *testing.T) {
 	wg.Wait()
 	expect("Client.Publish from 32 goroutines", 1010+32*20*2)
 }
+
+// publishEnd is a PublishHook whose end calls fn, on whatever goroutine
+// settles the publish.
+type publishEnd struct{ fn func() }
+
+func (h publishEnd) OnPublish(ctx context.Context, _ string, _ []*omnibus.Message) (context.Context, func(error)) {
+	return ctx, func(error) { h.fn() }
+}
+
+// TestPublisherReentered: a PublishHook's end runs on the Publisher's
+// sender, before the messages it ends free their room. Called from
+// there, Flush and Close would wait for that sender, and a Publish into
+// a full buffer for room only it frees: each fails at once with a clear
+// error instead, and the Publisher goes on. Nothing waits on a context
+// that would end it.
+func TestPublisherReentered(t *testing.T) {
+	var p *omnibus.Publisher
+	var mu sync.Mutex
+	var errs []error
+	var first atomic.Bool // the ends of the calls below run too
+	inEnd := make(chan struct{})
+	hook := publishEnd{fn: func() {
+		if !first.CompareAndSwap(false, true) {
+			return
+		}
+		func() {
+			defer close(inEnd)
+			ctx := context.Background() // a hook that waits forever if let
+			mu.Lock()
+			defer mu.Unlock()
+			errs = append(errs, p.Flush(ctx))
+			_, err := p.Publish(ctx, "t", &omnibus.Message{Body: []byte("again")})
+			errs = append(errs, err)
+			errs = append(errs, p.Close(ctx))
+		}()
+	}}
+	c, err := omnibus.New(membus.New(membus.Config{Partitions: 1}).Conn(), quiet(), omnibus.WithHooks(hook))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	p = newPublisher(t, c, omnibus.MaxBuffered(1, 1<<20))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := p.Publish(ctx, "t", &omnibus.Message{Body: []byte("first")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inEnd:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hook's calls into its Publisher still wait after 5 s")
+	}
+	if err := r.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, op := range []string{"Flush", "Publish into a full buffer", "Close"} {
+		if !errors.Is(errs[i], omnibus.ErrInvalid) {
+			t.Errorf("%s from a PublishHook's end: %v, want an error wrapping ErrInvalid", op, errs[i])
+		}
+	}
+	t.Logf("Flush from the end: %v", errs[0])
+	// The Publisher is not closed and still takes messages.
+	r, err = p.Publish(ctx, "t", &omnibus.Message{Body: []byte("later")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
