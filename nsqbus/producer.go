@@ -14,10 +14,9 @@ package nsqbus
 // command), so the queue's order is the order on the wire; mu guards the
 // connection, the queue and each queued command's write state (an
 // answer waits for its command's write to return), and is never held
-// across I/O, so the
-// connection's reader (go-nsq calls OnResponse, OnError and OnClose on
-// the connection's goroutines) takes answers off the queue while a
-// writer waits on a full socket. Order: wmu, mu.
+// across I/O, so the connection's reader (go-nsq calls OnResponse,
+// OnError and OnClose on the connection's goroutines) takes answers off
+// the queue while a writer waits on a full socket. Order: wmu, mu.
 
 import (
 	"context"
