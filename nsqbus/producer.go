@@ -144,14 +144,17 @@ func (p *producer) write(ctx context.Context, c *command) error {
 	}
 }
 
-// finish hands c its answer, or leaves it to c's write in progress.
-// The caller holds mu.
-func (c *command) finish(err error) (send bool) {
+// deliver hands c its answer, or, while c's write is under way, leaves
+// it for the writer to hand on.
+func (p *producer) deliver(c *command, err error) {
+	p.mu.Lock()
 	if c.writing {
 		c.answered, c.early = true, err
-		return false
+		p.mu.Unlock()
+		return
 	}
-	return true
+	p.mu.Unlock()
+	c.done <- err
 }
 
 // answer hands the oldest pending command of nc its answer.
@@ -167,11 +170,8 @@ func (p *producer) answer(nc *nsq.Conn, err error) {
 	if err != nil {
 		p.refused = true
 	}
-	send := c.finish(err)
 	p.mu.Unlock()
-	if send {
-		c.done <- err
-	}
+	p.deliver(c, err)
 }
 
 // OnResponse implements nsq.ConnDelegate: OK to the oldest command.
@@ -207,12 +207,7 @@ func (p *producer) OnClose(nc *nsq.Conn) {
 	p.mu.Unlock()
 	for _, c := range pending {
 		if !refused {
-			p.mu.Lock()
-			send := c.finish(errLost)
-			p.mu.Unlock()
-			if send {
-				c.done <- errLost
-			}
+			p.deliver(c, errLost)
 			continue
 		}
 		// Bounded by the dial timeout: the caller's ctx is gone.
