@@ -15,7 +15,8 @@ import (
 
 // TestSendRidesThroughBrokerRestart restarts a RabbitMQ node of the
 // test's own while send publishes 20,000 messages: send exits 0, says
-// how many publishes it tried again, and a consumer group gets every
+// how many publishes it tried again (if any was in flight when the
+// broker went down), and a consumer group gets every
 // message (a copy of one published again after an unknown outcome is
 // counted as a duplicate, never as a loss).
 func TestSendRidesThroughBrokerRestart(t *testing.T) {
