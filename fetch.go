@@ -228,7 +228,7 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	if d.Attempt > 1 {
 		e.base = d.Attempt - 1
 	}
-	e.begun = d.Attempt == 1 // a keeper recorded a claim it counts as 1 (see driver.AttemptKeeper)
+	e.begun = d.Attempt == 1 // a keeper recorded a claim it counts as 1; a first delivery is not counted (see guard.go)
 	if e.suspect = guarded || d.Redelivered || d.Attempt > 1; e.suspect {
 		m.suspects++ // judged when its turn comes
 	}

@@ -20,6 +20,14 @@ package omnibus
 // while it ran), until the member holds none. A second poisoned message
 // among them costs one more crash.
 //
+// A delivery count that also counts holders that never ran the message
+// (JetStream counts a message a crashed process had received and held
+// behind the poisoned one, and a pull it answers after its client died)
+// would dead-letter such a message with the poisoned one. A driver whose
+// count does that keeps its own count of the holders that ran each
+// redelivered message (driver.RunCounter), and a suspect's count is
+// that one, recorded when its turn comes.
+//
 // On a transport with a keeper, where only a claim's first delivery is
 // counted, a suspect puts its lane under guard for guardSpan deliveries:
 // the lane's messages are all suspects, one at a time, each committed up
@@ -31,6 +39,7 @@ package omnibus
 // worker with no lock held.
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -89,11 +98,11 @@ func (m *member) begin(e *entry) {
 		m.k.logger.Warn("settling before a suspect failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
 		return
 	}
-	if m.keeper != nil && !e.begun {
+	if count := m.counting(e); count != nil {
 		e.begun = true
-		n, err := m.keeper.Begin(l.ctx, e.d)
+		n, err := count(l.ctx, e.d)
 		if err != nil {
-			m.k.logger.Warn("recording a guarded message's attempt failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
+			m.k.logger.Warn("recording a suspect's attempt failed; it runs uncounted", "member", m.id, "lane", l.id, "err", err)
 			return
 		}
 		m.mu.Lock()
@@ -112,6 +121,22 @@ func (m *member) begin(e *entry) {
 	}
 	m.forgiving = true
 	m.exhaustLocked(e, time.Now())
+}
+
+// counting returns what records that this holder begins e, a suspect
+// whose turn came, and counts the holders that did; nil when the
+// delivery's Attempt stands: recorded already, or counted by the
+// transport alone.
+func (m *member) counting(e *entry) func(context.Context, *driver.Delivery) (int, error) {
+	switch {
+	case e.begun:
+		return nil
+	case m.keeper != nil:
+		return m.keeper.Begin
+	case m.counter != nil && e.d.Attempt > 1:
+		return m.counter.CountRun
+	}
+	return nil
 }
 
 // release hands what s holds back to the transport without running it:

@@ -48,7 +48,8 @@ type member struct {
 	nacker    driver.Nacker
 	committer driver.Committer
 	keeper    driver.AttemptKeeper
-	waker     driver.Waker // nil when the driver has no way to end a Receive early
+	counter   driver.RunCounter // nil where keeper is set
+	waker     driver.Waker      // nil when the driver has no way to end a Receive early
 
 	ctx    context.Context // handlers' parent; cancelled by close
 	cancel context.CancelFunc
@@ -172,7 +173,9 @@ func (m *member) bind(sub driver.Subscriber) error {
 	m.sub = sub
 	m.acker, _ = sub.(driver.Acker)
 	m.committer, _ = sub.(driver.Committer)
-	m.keeper, _ = sub.(driver.AttemptKeeper)
+	if m.keeper, _ = sub.(driver.AttemptKeeper); m.keeper == nil {
+		m.counter, _ = sub.(driver.RunCounter)
+	}
 	m.waker, _ = sub.(driver.Waker)
 	if m.acker == nil && m.committer == nil {
 		return fmt.Errorf("driver %T implements neither Ack nor Commit: %w", sub, ErrUnsupported)

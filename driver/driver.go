@@ -411,6 +411,25 @@ type AttemptKeeper interface {
 	Begin(ctx context.Context, d *Delivery) (int, error)
 }
 
+// RunCounter is implemented by an Acker whose transport counts a
+// message's deliveries (Attempt) but also counts those to holders that
+// never ran it: the messages a crashed process had received and held
+// behind the one that killed it, or a pull the server answered after its
+// client died. Such a count reaches MaxAttempts for a message that never
+// crashed anything. The driver keeps, where every member of the group
+// finds it, how many holders ran each redelivered message.
+//
+// The engine calls CountRun when it is about to run a delivery whose
+// Attempt is above 1 (everything the member settled before is
+// acknowledged), and takes the count it returns for the delivery's
+// Attempt. A delivery with Attempt 1 is not counted: its first holder
+// ran it or not, unrecorded, and CountRun counts it as having run.
+type RunCounter interface {
+	// CountRun records that this holder is about to run d and returns
+	// how many holders ran it, this one and the first included.
+	CountRun(ctx context.Context, d *Delivery) (int, error)
+}
+
 // LagReader reports the group's lag per lane: every lane of the topic the
 // transport can tell about, and at least the lanes this member holds.
 type LagReader interface {

@@ -21,8 +21,8 @@ import (
 // next owner reads them again). With ack, it records the highest
 // sequence acknowledged per reader; without (Nack), a partition's reader
 // expects them back.
-func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
-	msgs := make([]jetstream.Msg, 0, len(ds))
+func (s *sub) take(ds []*driver.Delivery, ack bool) (msgs []jetstream.Msg, counted []uint64) {
+	msgs = make([]jetstream.Msg, 0, len(ds))
 	now := time.Now()
 	s.mu.Lock()
 	for _, d := range ds {
@@ -32,6 +32,9 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
 		}
 		if s.held.remove(h) && h.r.valid(now) {
 			msgs = append(msgs, h.msg)
+			if h.counted && ack {
+				counted = append(counted, h.seq)
+			}
 			switch {
 			case ack && !h.r.exclusive:
 				h.r.recent[h.r.recentAt] = h.seq
@@ -44,7 +47,7 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
 		}
 	}
 	s.mu.Unlock()
-	return msgs
+	return msgs, counted
 }
 
 // Ack implements driver.Acker. It returns once the server has read the
@@ -55,7 +58,8 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) []jetstream.Msg {
 // connection.
 func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	var errs []error
-	for _, m := range s.take(ds, true) {
+	msgs, counted := s.take(ds, true)
+	for _, m := range msgs {
 		if err := m.Ack(); err != nil {
 			errs = append(errs, err)
 		}
@@ -69,6 +73,9 @@ func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	if err := s.c.nc.FlushWithContext(fctx); err != nil {
 		return fmt.Errorf("natsbus: ack %q: the server did not confirm reading the acks: %w", s.topic, classify(err))
 	}
+	if len(counted) > 0 {
+		s.pos.forgetRuns(fctx, counted)
+	}
 	return nil
 }
 
@@ -79,7 +86,8 @@ const flushWait = 5 * time.Second
 // Nack implements driver.Nacker with NakWithDelay.
 func (s *sub) Nack(_ context.Context, ds []*driver.Delivery, delay time.Duration) error {
 	var errs []error
-	for _, m := range s.take(ds, false) {
+	msgs, _ := s.take(ds, false) // a nacked message comes back: its run count stays
+	for _, m := range msgs {
 		if err := m.NakWithDelay(delay); err != nil {
 			errs = append(errs, err)
 		}

@@ -17,12 +17,95 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus/driver"
 )
+
+// CountRun implements driver.RunCounter for an unpartitioned group,
+// whose Attempt is the server's delivery count (NumDelivered). That
+// count rises for a message a crashed member held without running it,
+// behind the poisoned message, and for one the server pulled to a member
+// that had died; such a message would reach MaxAttempts with the
+// poisoned one. So the group keeps its own count of the holders that ran
+// a redelivered message, in key "r.<sequence>" of the positions bucket,
+// and Ack deletes it. The message's first holder is counted without a
+// record. A throwaway group keeps no positions: the server's count
+// stands.
+func (s *sub) CountRun(ctx context.Context, d *driver.Delivery) (int, error) {
+	h, ok := d.Token.(*held)
+	if !ok {
+		return 0, fmt.Errorf("natsbus: count runs on %q: delivery of lane %q is not from natsbus: %w", s.topic, d.Lane, driver.ErrInvalid)
+	}
+	if s.pos == nil {
+		return d.Attempt, nil
+	}
+	n, err := s.pos.countRun(ctx, h.seq)
+	if err != nil {
+		return 0, fmt.Errorf("natsbus: count runs on %q of sequence %d: %w", s.topic, h.seq, err)
+	}
+	s.mu.Lock()
+	h.counted = true
+	s.mu.Unlock()
+	return n, nil
+}
+
+// runs is an unpartitioned group's record of the holders that ran the
+// message at a stream sequence.
+type runs struct {
+	Holders       int       `json:"holders"`
+	StreamCreated time.Time `json:"stream_created"`
+}
+
+func runKey(seq uint64) string { return "r." + strconv.FormatUint(seq, 10) }
+
+// countRun records one more holder running the message at seq and
+// returns how many did: those recorded, this one, and the first, which
+// ran it unrecorded.
+func (p *positions) countRun(ctx context.Context, seq uint64) (int, error) {
+	key := runKey(seq)
+	for range 3 {
+		var rec runs
+		var rev uint64
+		e, err := p.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return 0, classify(err)
+		default:
+			rev = e.Revision()
+			if json.Unmarshal(e.Value(), &rec) != nil || !rec.StreamCreated.Equal(p.created) || rec.Holders < 1 {
+				rec = runs{} // another stream's, or not a record
+			}
+		}
+		rec = runs{Holders: max(rec.Holders, 1) + 1, StreamCreated: p.created}
+		b, _ := json.Marshal(rec) // a number and a time
+		if rev == 0 {
+			_, err = p.kv.Create(ctx, key, b)
+		} else {
+			_, err = p.kv.Update(ctx, key, b, rev)
+		}
+		switch {
+		case err == nil:
+			return rec.Holders, nil
+		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			continue // another holder wrote meanwhile: read it again
+		}
+		return 0, classify(err)
+	}
+	return 0, fmt.Errorf("written concurrently: %w", driver.ErrRetryable)
+}
+
+// forgetRuns deletes the run counts of messages acknowledged; one left
+// behind only takes room.
+func (p *positions) forgetRuns(ctx context.Context, seqs []uint64) {
+	for _, seq := range seqs {
+		_ = p.kv.Delete(ctx, runKey(seq))
+	}
+}
 
 // keeping is a partitioned group's subscriber: a sub that keeps attempts
 // across holders.

@@ -316,6 +316,20 @@
 // so what was settled before a suspect runs is not delivered again when
 // the suspect crashes the process.
 //
+// The server's count also counts deliveries to members that never ran
+// the message: what a crashed member held behind the poisoned message,
+// and what the server pulled to a member that had died. Taken alone, it
+// would dead-letter those with the poisoned one. So an unpartitioned
+// group keeps its own count of the holders that ran a redelivered
+// message (driver.RunCounter): when the engine is about to run a
+// delivery whose count is above 1, the member records its run in the
+// positions bucket (key "r.<sequence>") and the message's Attempt is the
+// holders that ran it, its first holder counted as one; Ack deletes the
+// record. A message whose handler crashes its process each time is
+// dead-lettered after MaxAttempts+1 processes, the others beside it are
+// not. A throwaway group keeps no positions, and its count is the
+// server's.
+//
 // A message counts as held from the moment the pull iterator returns it,
 // wherever it then waits (the member's inbox, Receive's carry, the
 // engine): every held message gets an in-progress signal every ack_wait/4

@@ -32,3 +32,6 @@ func LeaseBucket(topic, group string) string { return leaseBucket(streamName(top
 
 // StreamName is the stream that holds topic.
 func StreamName(topic string) string { return streamName(topic) }
+
+// PositionBucket is the KV bucket of group's positions on topic.
+func PositionBucket(topic, group string) string { return positionBucket(streamName(topic), group) }

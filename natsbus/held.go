@@ -18,12 +18,13 @@ import (
 // held is a delivery pulled and not yet settled, allocated with the
 // driver.Delivery that carries it as its token.
 type held struct {
-	d     driver.Delivery
-	r     *reader
-	seq   uint64        // stream sequence
-	msg   jetstream.Msg // the latest delivery of the message: acks and signals go to it
-	since time.Time     // pulled, or last in-progress signal
-	first time.Time     // pulled
+	d       driver.Delivery
+	r       *reader
+	seq     uint64        // stream sequence
+	msg     jetstream.Msg // the latest delivery of the message: acks and signals go to it
+	since   time.Time     // pulled, or last in-progress signal
+	first   time.Time     // pulled
+	counted bool          // CountRun recorded a run: Ack deletes the record
 
 	prev, next *held // in heldList; nil when not listed
 }

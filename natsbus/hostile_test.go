@@ -596,3 +596,108 @@ func TestMissingThrowawayConsumer(t *testing.T) {
 		}
 	})
 }
+
+// TestHeldNotRunIsNotCounted pulls a group's message four times without
+// running or acknowledging it, as members that crashed while it waited
+// behind a poisoned message would, and a pull the server answered after
+// its client died: the server's delivery count is then 5. A member with
+// MaxAttempts 3 must still run it (its count is the holders that ran it:
+// the first, unrecorded, and this one), not dead-letter it, and
+// acknowledging it deletes the record.
+func TestHeldNotRunIsNotCounted(t *testing.T) {
+	onServers(t, time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		u := withParams(base, "ack_wait=1s")
+		c := open(t, u)
+		js := rawJetStream(t, u)
+		topic := newTopic(ctx, t, c, base, 1)
+		if err := c.CreateTopic(ctx, topic+".dlq", 1); err != nil {
+			t.Fatal(err)
+		}
+		// The group's consumer, made by a member that joined and left.
+		first, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil }, omnibus.Group("g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- first.Run(rctx) }()
+		eventually(t, 10*time.Second, func() error {
+			if len(first.Stats().Lanes) == 0 {
+				return errors.New("the member holds no lane yet")
+			}
+			return nil
+		})
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+
+		id := publishTo(t, c, topic, []string{"k"})[0]
+		cons, err := js.Consumer(ctx, natsbus.StreamName(topic), "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 4 {
+			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := 0
+			for m := range batch.Messages() {
+				md, _ := m.Metadata()
+				if md.NumDelivered != uint64(i+1) {
+					t.Fatalf("pull %d: delivery count %d", i+1, md.NumDelivered)
+				}
+				got++ // held, never run, never acknowledged
+			}
+			if got != 1 {
+				t.Fatalf("pull %d got %d messages, want 1", i+1, got)
+			}
+			time.Sleep(1200 * time.Millisecond) // past ack_wait
+		}
+
+		var mu sync.Mutex
+		var attempts []int
+		k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
+			mu.Lock()
+			attempts = append(attempts, m.Attempt)
+			mu.Unlock()
+			return nil
+		}, omnibus.Group("g"), omnibus.MaxAttempts(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, k)
+		eventually(t, 20*time.Second, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(attempts) == 0 {
+				return fmt.Errorf("message %s, pulled 4 times and never run, was not handled", id)
+			}
+			return nil
+		})
+		mu.Lock()
+		if len(attempts) != 1 || attempts[0] != 2 {
+			t.Errorf("the handler saw attempts %v, want [2] (the first holder and this one)", attempts)
+		}
+		mu.Unlock()
+		kv, err := js.KeyValue(ctx, natsbus.PositionBucket(topic, "g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, func() error {
+			keys, err := kv.ListKeysFiltered(ctx, "r.>")
+			if err != nil {
+				return err
+			}
+			var left []string
+			for key := range keys.Keys() {
+				left = append(left, key)
+			}
+			if len(left) > 0 {
+				return fmt.Errorf("run counts left after the ack: %v", left)
+			}
+			return nil
+		})
+	})
+}
