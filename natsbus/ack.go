@@ -19,7 +19,8 @@ import (
 // take removes the deliveries from the held set and returns their
 // messages, leaving out those of lanes whose lease ran out (the lane's
 // next owner reads them again). With ack, it records the highest
-// sequence acknowledged per reader; without (Nack), a partition's reader
+// sequence acknowledged per reader, and returns the sequences whose run
+// counts (CountRun) Ack deletes; without (Nack), a partition's reader
 // expects them back.
 func (s *sub) take(ds []*driver.Delivery, ack bool) (msgs []jetstream.Msg, counted []uint64) {
 	msgs = make([]jetstream.Msg, 0, len(ds))
