@@ -237,8 +237,11 @@
 //     holders that began a lane's first unsettled message (key "b.<lane>"
 //     of the positions bucket; driver.AttemptKeeper). A message whose
 //     handler crashes its process each time is dead-lettered after at
-//     most MaxAttempts+1 processes. A handler that fails without crashing
-//     is retried in the engine, which counts its attempts.
+//     most MaxAttempts+2 processes: a crash is counted from the time the
+//     message is its lane's first unsettled one, and a process may crash
+//     on it before the acknowledgements of what it handled before it
+//     reached the server. A handler that fails without crashing is
+//     retried in the engine, which counts its attempts.
 //   - Ownership rests on timing: a member frozen past its deadline (a
 //     long GC pause, a suspended VM) stops delivering and acknowledging
 //     when it wakes, but a handler already running finishes, possibly
