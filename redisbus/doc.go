@@ -55,7 +55,7 @@
 //	<topic>:partitions           string      the partition count of a partitioned topic
 //	<topic>:positions            hash        where each group resumes, per stream (field <group>, or <group>:<N>)
 //	<topic>:members:<group>      sorted set  the group's live members (score: when their heartbeat runs out)
-//	<stream>:runs:<group>        hash        how many holders ran each redelivered entry of the stream (field <entry ID>; see Delivery semantics)
+//	<stream>:runs:<group>        hash        how many holders ran each redelivered entry of stream <topic> or <topic>:<N> (field <entry ID>; see Delivery semantics)
 //	<topic>:<N>:lease:<group>    string      partitioned: the lease of lane N ("<member>/<token>", PX lease_ttl)
 //	<topic>:fence:<group>        string      partitioned: the counter the fencing tokens come from
 //
