@@ -121,20 +121,6 @@ func faultHarness(params string) func(t *testing.T) transporttest.Harness {
 		h := harness(u, lanes)
 		h.URL = u
 		h.Restart = func(ctx context.Context, t testing.TB) { srv.restart(100 * time.Millisecond) }
-		if params != "" {
-			h.Gaps = map[string]string{
-				"PoisonCrashesItsProcess": partitionedPoisonGap,
-			}
-		}
 		return h
 	}
 }
-
-// partitionedPoisonGap is why partitioned redisbus cannot yet dead-letter
-// a message that crashes its holders, and only it (see the package
-// documentation, Delivery semantics). The test passed 3 runs of 4 and
-// failed the fourth with the poisoned message's handler seeing attempts
-// 1 2 3 1 1 1 over 6 crashed processes.
-const partitionedPoisonGap = "entries of other lanes that a crashed member held behind the poisoned one (in the member's order of suspects) " +
-	"are taken over by the lanes' next owners with their delivery count raised (XAUTOCLAIM counts a delivery) without having run; " +
-	"one that reaches MaxAttempts first is dead-lettered, and the poisoned one then runs again"

@@ -55,6 +55,7 @@
 //	<topic>:partitions           string      the partition count of a partitioned topic
 //	<topic>:positions            hash        where each group resumes, per stream (field <group>, or <group>:<N>)
 //	<topic>:members:<group>      sorted set  the group's live members (score: when their heartbeat runs out)
+//	<stream>:runs:<group>        hash        how many holders ran each redelivered entry of stream <topic> or <topic>:<N> (field <entry ID>; see Delivery semantics)
 //	<topic>:<N>:lease:<group>    string      partitioned: the lease of lane N ("<member>/<token>", PX lease_ttl)
 //	<topic>:fence:<group>        string      partitioned: the counter the fencing tokens come from
 //
@@ -201,14 +202,25 @@
 // after MaxAttempts.
 //
 // A message whose handler crashes its process each time is dead-lettered
-// once its delivery count passes MaxAttempts (the engine runs a
-// redelivered entry only after acknowledging what came before it).
-// Partitioned, one gap is left: the entries of other lanes that the
-// crashed member held behind the poisoned one are taken over by their
-// lanes' next owners with their count raised (XAUTOCLAIM counts a
-// delivery) without having run, so one of them can reach MaxAttempts
-// first and be dead-lettered, though it never crashed anything, while
-// the poisoned one runs again.
+// after MaxAttempts processes ran it, and the others held beside it are
+// not (the engine runs a redelivered entry only after acknowledging what
+// came before it). An entry's delivery count alone cannot tell that: it
+// also counts the claims of members that never ran the entry (a crashed
+// member held it behind the poisoned one, then the next member, or the
+// lane's next owner, took it over with XAUTOCLAIM, which counts a
+// delivery), so such an entry would reach MaxAttempts first and be
+// dead-lettered though it never crashed anything. So a group counts the
+// holders that ran each redelivered entry (driver.RunCounter), in the
+// hash "<stream>:runs:<group>": when the engine is about to run an entry
+// whose delivery count is above 1, the member records its run there, by
+// a script, and the entry's attempt is the holders that ran it, its first
+// holder counted as one. A record keeps the delivery count it was written
+// at, so that a record left by a group or stream of the same name before
+// (whose entry IDs can come again) is not taken for the entry's; a group
+// redisbus creates starts with no records. The acknowledgement deletes
+// the records of its entries (partitioned, in the script that checks the
+// lease; unpartitioned, in the XACK's pipeline), a claim those of entries
+// trimmed while pending, and a throwaway group's go with it.
 //
 // Unpartitioned, a member that dies leaves its entries pending in the
 // group; every member claims entries idle for claim_idle (XAUTOCLAIM,

@@ -29,6 +29,11 @@ func membersKey(topic, group string) string { return topic + ":members:" + group
 // owner's member ID and fencing token.
 func leaseKey(stream, group string) string { return stream + ":lease:" + group }
 
+// runsKey is a hash of the run counts of group's redelivered entries of
+// one stream: field "<entry ID>", value "<holders>:<delivery count>"
+// (see CountRun).
+func runsKey(stream, group string) string { return stream + ":runs:" + group }
+
 // fenceKey counts the fencing tokens handed out for group's leases.
 func fenceKey(topic, group string) string { return topic + ":fence:" + group }
 

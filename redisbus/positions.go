@@ -17,9 +17,10 @@ import (
 )
 
 // join creates group on stream where it does not exist: at its recorded
-// position, else at start ("$" the end, "0" the first entry).
+// position, else at start ("$" the end, "0" the first entry), with no
+// run counts (see CountRun).
 func (c *conn) join(ctx context.Context, topic, stream, field, group, start string) error {
-	err := joinScript.Run(ctx, c.rdb, []string{stream, positionsKey(topic)}, group, field, start).Err()
+	err := joinScript.Run(ctx, c.rdb, []string{stream, positionsKey(topic), runsKey(stream, group)}, group, field, start).Err()
 	if err != nil {
 		return fmt.Errorf("create group on stream %q: %w", stream, classify(err))
 	}

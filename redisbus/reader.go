@@ -191,7 +191,7 @@ func (s *sub) claimIdle(cursor string, n int) ([]*driver.Delivery, string, error
 // With fence, only while the lane's lease holds its token; ok is false
 // when it does not.
 func (s *sub) claim(l *lane, cursor string, n int, idle time.Duration, fence bool) (ds []*driver.Delivery, next string, ok bool, err error) {
-	keys := []string{l.stream}
+	keys := []string{l.stream, runsKey(l.stream, s.group)}
 	args := []any{s.group, s.consumer, idle.Milliseconds(), cursor, n}
 	if fence {
 		keys = append(keys, l.lease)

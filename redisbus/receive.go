@@ -100,12 +100,19 @@ func (s *sub) ask(room driver.Room) {
 // comes), so that a settled entry does not stay pending: nobody would
 // take it over while the member holds the lane, and the next owner would
 // handle it again after newer ones.
+//
+// The run counts of the entries acknowledged (see CountRun) go with
+// them: ackScript deletes them, partitioned; unpartitioned, an HDEL in
+// the XACKs' pipeline deletes those of the entries delivered more than
+// once (the only ones counted) and of those acknowledged again.
 func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	byLane := map[*lane][]string{}
+	counted := map[*lane][]string{}
 	s.mu.Lock()
 	for _, l := range s.lanes {
 		if len(l.reack) > 0 {
 			byLane[l], l.reack = l.reack, nil
+			counted[l] = byLane[l]
 		}
 	}
 	s.mu.Unlock()
@@ -113,6 +120,9 @@ func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 		l := d.Token.(*lane)
 		if !l.gone.Load() {
 			byLane[l] = append(byLane[l], d.Position)
+			if d.Attempt > 1 {
+				counted[l] = append(counted[l], d.Position)
+			}
 		}
 	}
 	if s.parts == 0 {
@@ -140,7 +150,7 @@ func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 				for _, id := range batch {
 					args = append(args, id)
 				}
-				n, err := ackScript.Run(ctx, s.c.rdb, []string{l.stream, l.lease}, args...).Int64()
+				n, err := ackScript.Run(ctx, s.c.rdb, []string{l.stream, l.lease, runsKey(l.stream, s.group)}, args...).Int64()
 				switch {
 				case err != nil:
 					fail(l, batch, classify(err), true)
@@ -162,6 +172,13 @@ func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	for l, ids := range byLane {
 		for batch := range slices.Chunk(ids, ackBatch) {
 			cmds = append(cmds, sent{l, batch, pipe.XAck(ctx, l.stream, s.group, batch...)})
+		}
+		// After the XACKs, run whatever their outcome: an entry whose
+		// XACK failed is counted again from its first holder, which
+		// ran it and settled it; a record left behind only takes
+		// room (runScript deletes it when the entry is not pending).
+		for batch := range slices.Chunk(counted[l], ackBatch) {
+			pipe.HDel(ctx, runsKey(l.stream, s.group), batch...)
 		}
 	}
 	if len(cmds) > 0 {

@@ -2,9 +2,9 @@ package redisbus
 
 // The Lua scripts redisbus runs on the server, each one atomic: claiming
 // idle entries with their delivery counts, keeping held entries from
-// being claimed, trimming no further than the groups allow, and the
-// partitioned mode's leases and the reads and acknowledgements they
-// fence. go-redis sends them with EVALSHA and loads them when the server
+// being claimed, counting the holders that ran a redelivered entry,
+// trimming no further than the groups allow, and the partitioned mode's
+// leases and the reads and acknowledgements they fence. go-redis sends them with EVALSHA and loads them when the server
 // does not know them yet.
 
 import "github.com/redis/go-redis/v9"
@@ -13,18 +13,20 @@ import "github.com/redis/go-redis/v9"
 // ms for consumer ARGV[2] of group ARGV[1] (XAUTOCLAIM from ARGV[4],
 // COUNT ARGV[5]) and returns {next, entries, counts, deleted}: the
 // cursor, the entries, each one's delivery count (after this claim), and
-// the IDs of pending entries no longer in the stream. With KEYS[2] (a
-// lease) it claims only while the lease holds ARGV[6], and returns nil
-// otherwise.
+// the IDs of pending entries no longer in the stream, whose run counts
+// it deletes from the hash KEYS[2]. With KEYS[3] (a lease) it claims
+// only while the lease holds ARGV[6], and returns nil otherwise.
 var claimScript = redis.NewScript(`
-if KEYS[2] and redis.call('GET', KEYS[2]) ~= ARGV[6] then return false end
+if KEYS[3] and redis.call('GET', KEYS[3]) ~= ARGV[6] then return false end
 local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
 local counts = {}
 for i, e in ipairs(r[2]) do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
   counts[i] = p[1] and p[1][4] or 1
 end
-return {r[1], r[2], counts, r[3] or {}}
+local deleted = r[3] or {}
+if #deleted > 0 then redis.call('HDEL', KEYS[2], unpack(deleted)) end
+return {r[1], r[2], counts, deleted}
 `)
 
 // touchScript claims again, for consumer ARGV[2] of group ARGV[1] on
@@ -157,11 +159,45 @@ return 0
 
 // ackScript acknowledges entries ARGV[3...] of stream KEYS[1] for group
 // ARGV[1] if the lease KEYS[2] still holds ARGV[2] (the fencing token
-// of the claim they were read under), and returns how many; -1 when the
-// lease is no longer that claim's.
+// of the claim they were read under), deletes their run counts from the
+// hash KEYS[3], and returns how many it acknowledged; -1 when the lease
+// is no longer that claim's.
 var ackScript = redis.NewScript(`
 if redis.call('GET', KEYS[2]) ~= ARGV[2] then return -1 end
-return redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3))
+local n = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3))
+redis.call('HDEL', KEYS[3], unpack(ARGV, 3))
+return n
+`)
+
+// runScript counts the holders that ran entry ARGV[2] of stream KEYS[1],
+// pending in group ARGV[1], in the hash KEYS[2]: field ARGV[2], value
+// "<holders>:<delivery count>", the count being the entry's delivery
+// count when the last holder was recorded. A record of an earlier
+// delivery gains this holder; one of this delivery already counts it
+// (the call is repeated); one of a later delivery, or not a record, is
+// another group's or stream's of the same name (delivery counts only
+// rise while an entry is pending), and counting starts again: the first
+// holder, unrecorded, and this one. It returns the holders, or 2 without
+// a record when the entry is no longer pending (another holder
+// acknowledged it).
+var runScript = redis.NewScript(`
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if not p[1] then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+  return 2
+end
+local count = tonumber(p[1][4])
+local holders = 1
+local v = redis.call('HGET', KEYS[2], ARGV[2])
+if v then
+  local h, c = string.match(v, '^(%d+):(%d+)$')
+  h, c = tonumber(h), tonumber(c)
+  if h and c == count and h > 1 then return h end
+  if h and c < count then holders = math.max(h, 1) end
+end
+holders = holders + 1
+redis.call('HSET', KEYS[2], ARGV[2], holders .. ':' .. count)
+return holders
 `)
 
 // readScript reads, for consumer ARGV[2] of group ARGV[1], up to ARGV[3]
@@ -250,8 +286,11 @@ return redis.call('ZCOUNT', KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber
 // KEYS[2] (field ARGV[2]), else at ARGV[3]. A group created at the end
 // ($) is told how many entries the stream has had (ENTRIESREAD), or
 // Redis could not count its lag (XINFO GROUPS lag nil) once entries
-// follow, until it has read them all. It returns 1 when it created the
-// group, 0 when the group existed.
+// follow, until it has read them all. A group it creates has nothing
+// pending: it deletes the run counts KEYS[3] left by a group of that
+// name before (destroyed, or on a stream deleted since, whose entry IDs
+// may come again). It returns 1 when it created the group, 0 when the
+// group existed.
 var joinScript = redis.NewScript(`
 local at = redis.call('HGET', KEYS[2], ARGV[2]) or ARGV[3]
 local args = {'XGROUP', 'CREATE', KEYS[1], ARGV[1], at, 'MKSTREAM'}
@@ -271,6 +310,7 @@ if type(r) == 'table' and r.err then
   if string.sub(r.err, 1, 9) == 'BUSYGROUP' then return 0 end
   return r
 end
+redis.call('DEL', KEYS[3])
 return 1
 `)
 

@@ -288,6 +288,7 @@ func (c *conn) destroyGroup(ctx context.Context, topic string, parts int, group 
 	for p, stream := range streamsOf(topic, parts) {
 		_ = c.rdb.XGroupDestroy(ctx, stream, group).Err()
 		fields = append(fields, positionField(group, laneID(p), parts > 0))
+		keys = append(keys, runsKey(stream, group))
 		if parts > 0 {
 			keys = append(keys, leaseKey(stream, group))
 		}
