@@ -329,9 +329,9 @@
 // positions bucket (key "r.<sequence>") and the message's Attempt is the
 // holders that ran it, its first holder counted as one; Ack deletes the
 // record. A message whose handler crashes its process each time is
-// dead-lettered after MaxAttempts+1 processes, the others beside it are
-// not. A throwaway group keeps no positions, and its count is the
-// server's.
+// dead-lettered once MaxAttempts processes ran it (by the next), and the
+// others held beside it are not. A throwaway group keeps no positions,
+// and its count is the server's.
 //
 // A message counts as held from the moment the pull iterator returns it,
 // wherever it then waits (the member's inbox, Receive's carry, the
