@@ -8,7 +8,9 @@ package natsbus
 // member reads it at the first delivery of a lane it claimed (Receive),
 // recording its own claim only where no holder began that message, and
 // records each message the engine begins while it guards the lane
-// (Begin). It runs on the engine's fetch
+// (Begin). A record names the member that wrote it last: a member that
+// lost the lane and claimed it again is alive, so it did not crash on
+// the message, and it is not counted twice. It runs on the engine's fetch
 // loop and workers; the bucket's revision orders the writers, and the
 // lease decides who may write.
 
@@ -134,8 +136,14 @@ func (s *sub) claim(ctx context.Context, h *held) {
 	if at == 0 || h.seq < at || !h.r.claimAt.CompareAndSwap(at, 0) {
 		return
 	}
-	if k, err := s.begunBy(ctx, h); err == nil && k > 0 {
-		h.d.Attempt = k + 1 // a suspect: Begin records it when it runs
+	if rec, err := s.begunBy(ctx, h); err == nil && rec.Holders > 0 {
+		if me := s.memberID(); me != "" && rec.Member == me {
+			// This member began it, lost the lane and claimed it again:
+			// alive, it did not crash on it, and it is counted already.
+			h.d.Attempt = rec.Holders
+			return
+		}
+		h.d.Attempt = rec.Holders + 1 // a suspect: Begin records it when it runs
 		return
 	}
 	n, err := s.begin(ctx, h)
@@ -146,13 +154,21 @@ func (s *sub) claim(ctx context.Context, h *held) {
 	h.d.Attempt = n
 }
 
-// begunBy returns how many holders began h's message, as recorded.
-func (s *sub) begunBy(ctx context.Context, h *held) (int, error) {
+// begunBy returns the record of the holders that began h's message.
+func (s *sub) begunBy(ctx context.Context, h *held) (begun, error) {
 	if s.pos == nil {
-		return 0, nil
+		return begun{}, nil
 	}
 	rec, _, err := s.readBegun(ctx, h)
-	return rec.Holders, err
+	return rec, err
+}
+
+// memberID is this member's ID in the group's leases; "" unpartitioned.
+func (s *sub) memberID() string {
+	if s.part == nil {
+		return ""
+	}
+	return s.part.id
 }
 
 // readBegun reads h's lane's record and its revision (0: none), a
@@ -172,11 +188,12 @@ func (s *sub) readBegun(ctx context.Context, h *held) (rec begun, rev uint64, er
 }
 
 // begun is a lane's record of the holders that began its message at Seq
-// without settling it.
+// without settling it; Member is the last one.
 type begun struct {
 	Seq           uint64    `json:"seq"`
 	Holders       int       `json:"holders"`
 	StreamCreated time.Time `json:"stream_created"`
+	Member        string    `json:"member,omitempty"`
 }
 
 func begunKey(lane string) string { return "b." + lane }
@@ -196,7 +213,11 @@ func (s *sub) begin(ctx context.Context, h *held) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		rec = begun{Seq: h.seq, Holders: rec.Holders + 1, StreamCreated: s.pos.created}
+		me := s.memberID()
+		if rec.Holders > 0 && me != "" && rec.Member == me {
+			return rec.Holders, nil // begun by this member before it lost the lane: counted
+		}
+		rec = begun{Seq: h.seq, Holders: rec.Holders + 1, StreamCreated: s.pos.created, Member: me}
 		b, _ := json.Marshal(rec) // numbers and a time
 		if rev == 0 {
 			_, err = kv.Create(ctx, key, b)

@@ -235,7 +235,8 @@
 //   - A reset starts the consumer afresh, and with it the server's
 //     delivery counts, so a partitioned group keeps its own count of the
 //     holders that began a lane's first unsettled message (key "b.<lane>"
-//     of the positions bucket; driver.AttemptKeeper). A message whose
+//     of the positions bucket; driver.AttemptKeeper), a member that lost
+//     the lane and claimed it again counted once. A message whose
 //     handler crashes its process each time is dead-lettered after at
 //     most MaxAttempts+2 processes: a crash is counted from the time the
 //     message is its lane's first unsettled one, and a process may crash

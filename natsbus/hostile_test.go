@@ -701,3 +701,68 @@ func TestHeldNotRunIsNotCounted(t *testing.T) {
 		})
 	})
 }
+
+// TestReclaimNotCounted takes a lane's lease away from a member behind
+// its back while it handles the lane's first message, and lets it claim
+// the lane again: alive, it did not crash on that message, so the
+// message's next run is not counted as another holder's (attempt 1, not
+// 2) and the lane is not guarded.
+func TestReclaimNotCounted(t *testing.T) {
+	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		u := withParams(base, testParams)
+		c := open(t, u)
+		js := rawJetStream(t, u)
+		topic := newTopic(ctx, t, c, base, 4)
+		var mu sync.Mutex
+		var attempts []int
+		running := make(chan struct{}, 1)
+		k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+			mu.Lock()
+			attempts = append(attempts, m.Attempt)
+			first := len(attempts) == 1
+			mu.Unlock()
+			if !first {
+				return nil
+			}
+			running <- struct{}{}
+			<-ctx.Done() // the lane is lost
+			return ctx.Err()
+		}, omnibus.Group("g"), omnibus.DrainTimeout(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, k)
+		eventually(t, 15*time.Second, func() error {
+			if got := len(k.Stats().Lanes); got != 4 {
+				return fmt.Errorf("the member holds %d lanes, want 4", got)
+			}
+			return nil
+		})
+		publishTo(t, c, topic, keysOn(0, 4, 1))
+		select {
+		case <-running:
+		case <-time.After(15 * time.Second):
+			t.Fatal("the message was not handled")
+		}
+		kv, err := js.KeyValue(ctx, natsbus.LeaseBucket(topic, "g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kv.Purge(ctx, "p.0"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(attempts) < 2 {
+				return fmt.Errorf("handled %d times; want a second run after the lane was claimed again", len(attempts))
+			}
+			return nil
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if attempts[1] != 1 {
+			t.Errorf("attempts seen %v: the member's own earlier run was counted as another holder's", attempts)
+		}
+	})
+}
