@@ -81,6 +81,72 @@ func (l *lane) guardSlotLocked() *slot {
 	return l.guard
 }
 
+// unguardLocked ends the guard of s's lane when the dead letter at the
+// head of its guard slot s did not land: it holds its key, as anywhere
+// else, not the lane. s keeps it and what of its key came after it; the
+// lane's other messages go to their keys' slots (their own, unordered)
+// and run as ordinary deliveries: the lane's position cannot pass the
+// dead letter until it lands, so a crash among them could not be pinned
+// on the message that caused it anyway.
+func (m *member) unguardLocked(s *slot) {
+	l := s.lane
+	l.guarding = 0
+	if l.guard == s {
+		l.guard = nil
+	}
+	s.guarded = false
+	keyOf := func(e *entry) string {
+		if m.k.cfg.ordering == OrderKey {
+			return e.d.Key
+		}
+		return ""
+	}
+	unordered := m.k.cfg.ordering == OrderNone
+	s.loose = unordered
+	s.key = keyOf(s.queue[0])
+	if !unordered && l.slots[s.key] == nil {
+		l.slots[s.key] = s
+	}
+	stay := s.queue[:1]
+	for _, e := range s.queue[1:] {
+		if e.suspect {
+			e.suspect = false
+			if m.suspects--; m.suspects == 0 {
+				m.forgiving = false
+			}
+		}
+		e.begun = true // nothing records it: the guard's count is over
+		k := keyOf(e)
+		if !unordered && k == s.key {
+			stay = append(stay, e)
+			continue
+		}
+		var to *slot
+		if unordered {
+			to = &slot{lane: l, loose: true, running: 1, one: [1]*entry{e}}
+			to.queue = to.one[:]
+		} else if to = l.slots[k]; to == nil {
+			to = &slot{lane: l, key: k}
+			l.slots[k] = to
+			to.queue = append(to.one[:0], e)
+		} else {
+			to.queue = append(to.queue, e)
+		}
+		switch {
+		case !to.active:
+			to.active = true
+			m.startLocked(to)
+		case to.parked:
+			m.waiting++
+		case to.wake != nil:
+			driver.Notify(to.wake)
+		}
+	}
+	clear(s.queue[len(stay):])
+	s.queue = stay
+	m.k.logger.Info("a dead letter that does not land holds its key only: the lane's guard ends", "member", m.id, "lane", l.id, "id", s.queue[0].msg.ID)
+}
+
 // begin prepares a suspect whose turn came: what the member settled is
 // acknowledged or committed first, so that a crash now leaves only e (and
 // what it holds back) unsettled; with a keeper, e is the committed

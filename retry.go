@@ -114,6 +114,9 @@ func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
 		m.mu.Unlock()
 		return true
 	}
+	if s.guarded && len(parked) > 0 {
+		m.unguardLocked(s)
+	}
 	var delay time.Duration
 	if keep[0].dead {
 		delay = cfg.backoff(keep[0].deadTries)

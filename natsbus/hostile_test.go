@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -765,4 +766,89 @@ func TestReclaimNotCounted(t *testing.T) {
 			t.Errorf("attempts seen %v: the member's own earlier run was counted as another holder's", attempts)
 		}
 	})
+}
+
+// TestGuardedLaneDeadLetterStuck has a member close while the dead
+// letter of its lane's first message cannot land (the dead-letter
+// topic's stream takes nothing over 16 bytes), so that the lane's next owner, another member, finds
+// the message begun by a previous holder and guards the lane (one
+// message at a time). The message fails for good again and its dead
+// letter again does not land: it must hold its key only, as it does
+// anywhere else; the lane's other keys go on.
+func TestGuardedLaneDeadLetterStuck(t *testing.T) {
+	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		u := withParams(base, testParams)
+		c := open(t, u)
+		topic := newTopic(ctx, t, c, base, 4)
+		keys := keysOn(0, 4, 6)
+		poison, healthy := keys[0], keys[1:]
+		col := newCollector()
+		var tries atomic.Int64
+		h := func(ctx context.Context, m *omnibus.Message) error {
+			if m.Key == poison {
+				tries.Add(1)
+				return omnibus.Permanent(errors.New("poison"))
+			}
+			return col.handle(ctx, m)
+		}
+		dlq := topic + "-dlq"
+		if _, err := rawJetStream(t, u).CreateStream(ctx, jetstream.StreamConfig{
+			Name: natsbus.StreamName(dlq), Subjects: []string{dlq}, MaxMsgSize: 16,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		opts := []omnibus.SubscribeOption{omnibus.Group("g"), omnibus.DeadLetterTopic(dlq),
+			omnibus.Backoff(10*time.Millisecond, 200*time.Millisecond), omnibus.DrainTimeout(500 * time.Millisecond)}
+		a, err := open(t, u).Subscribe(ctx, topic, h, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopA := runLeavingPoison(t, a)
+		eventually(t, 15*time.Second, func() error {
+			if got := len(a.Stats().Lanes); got != 4 {
+				return fmt.Errorf("the first member holds %d lanes, want 4", got)
+			}
+			return nil
+		})
+		publishTo(t, c, topic, []string{poison})
+		eventually(t, 15*time.Second, func() error {
+			if tries.Load() == 0 {
+				return errors.New("the poison message was not handled")
+			}
+			return nil
+		})
+		stopA()
+		_ = a.Close()
+
+		before := tries.Load()
+		b, err := open(t, u).Subscribe(ctx, topic, h, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(runLeavingPoison(t, b))
+		var ids []string
+		for range 4 {
+			ids = append(ids, publishTo(t, c, topic, healthy)...)
+		}
+		col.waitAll(t, ids, 30*time.Second)
+		if tries.Load() == before {
+			t.Errorf("the poison message did not run again on the lane's next owner")
+		}
+	})
+}
+
+// runLeavingPoison runs k in the background; the function it returns
+// stops it and waits, its Run having to end with the poison message's
+// dead letter unsettled.
+func runLeavingPoison(t *testing.T, k *omnibus.Consumer) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	return func() {
+		cancel()
+		var unsettled *omnibus.UnsettledError
+		if err := <-done; !errors.As(err, &unsettled) {
+			t.Errorf("Run: %v, want the poison message left unsettled", err)
+		}
+	}
 }
