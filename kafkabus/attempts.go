@@ -3,16 +3,23 @@ package kafkabus
 // Attempts across holders (driver.AttemptKeeper): Kafka counts no
 // deliveries, so the group's committed offset of a partition carries, in
 // its commit metadata, how many holders began the record at that offset
-// without settling it ("omnibus-begun <offset> <holders>"). A member reads
-// it when it claims the partition (onAssigned), records its own claim
-// when the record at the committed offset is first delivered (Receive),
-// and records each record the engine begins while it guards the lane
-// (Begin). Any other commit moves the offset and drops the record. The
+// without settling it, and which member recorded the last of them
+// ("omnibus-begun <offset> <holders> <member>"; records written before
+// the member was named have no <member>). A member reads it when it
+// claims the partition (onAssigned), records its own claim when the
+// record at the committed offset is first delivered (Receive), and
+// records each record the engine begins while it guards the lane
+// (Begin). A member that lost the partition and claimed it again, and
+// finds itself the last recorded holder, is alive: it did not crash on
+// the record, and is not counted twice. Any other commit moves the
+// offset and drops the record. The
 // heads are guarded by sub.mu; the commits run on the caller's goroutine
 // with sub.gate held shared, as Commit's do.
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -28,39 +35,52 @@ import (
 const begunPrefix = "omnibus-begun "
 
 // head is what a member knows of a partition's committed offset: the
-// offset (-1: none yet), how many holders began its record, and whether
-// this member still has to record its own claim (at the first
-// delivery).
+// offset (-1: none yet), how many holders began its record, the member
+// that recorded the last of them ("" unknown), and whether this member
+// still has to record its own claim (at the first delivery).
 type head struct {
 	offset int64
 	begun  int
+	member string
 	claim  bool
 }
 
+// newMemberID names a sub in the records it writes, for the sub's life:
+// 8 random bytes in hex.
+func newMemberID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
 // begunMeta is the commit metadata saying that n holders began the
-// record at offset.
-func begunMeta(offset int64, n int) string {
-	return begunPrefix + strconv.FormatInt(offset, 10) + " " + strconv.Itoa(n)
+// record at offset, the last of them member.
+func begunMeta(offset int64, n int, member string) string {
+	return begunPrefix + strconv.FormatInt(offset, 10) + " " + strconv.Itoa(n) + " " + member
 }
 
 // parseBegun reads commit metadata: the holders that began the record at
-// offset, or 0 when the metadata is about another offset, or none of
-// omnibus's.
-func parseBegun(meta string, offset int64) int {
+// offset and the member that recorded the last of them ("" when the
+// record does not say), or 0 when the metadata is about another offset,
+// or none of omnibus's.
+func parseBegun(meta string, offset int64) (int, string) {
 	rest, ok := strings.CutPrefix(meta, begunPrefix)
 	if !ok {
-		return 0
+		return 0, ""
 	}
-	at, n, ok := strings.Cut(rest, " ")
-	if !ok {
-		return 0
+	f := strings.Fields(rest)
+	if len(f) != 2 && len(f) != 3 {
+		return 0, ""
 	}
-	o, err1 := strconv.ParseInt(at, 10, 64)
-	c, err2 := strconv.Atoi(n)
+	o, err1 := strconv.ParseInt(f[0], 10, 64)
+	c, err2 := strconv.Atoi(f[1])
 	if err1 != nil || err2 != nil || o != offset || c < 0 {
-		return 0
+		return 0, ""
 	}
-	return c
+	if len(f) == 3 {
+		return c, f[2]
+	}
+	return c, ""
 }
 
 // noteHeads records, for the partitions ps just claimed, the group's
@@ -76,14 +96,17 @@ func (s *sub) noteHeads(committed kadm.OffsetResponses, ps []int32) {
 			s.heads[p] = head{offset: -1, claim: true}
 			continue
 		}
-		s.heads[p] = head{offset: o.At, begun: parseBegun(o.Metadata, o.At), claim: true}
+		n, member := parseBegun(o.Metadata, o.At)
+		s.heads[p] = head{offset: o.At, begun: n, member: member, claim: true}
 	}
 }
 
 // claim gives each delivery of ds that is the first of its partition at
 // the committed offset its Attempt: the holders that began it, plus this
-// one. It records this member's claims only where none did (Begin
-// records a suspect's when it runs), all in one commit. Other deliveries
+// one unless it is the last recorded (it began the record, lost the
+// partition and claimed it again: counted already). It records this
+// member's claims only where none did (Begin records a suspect's when it
+// runs), all in one commit. Other deliveries
 // are left alone. A failed record leaves its delivery uncounted (Attempt
 // 0): the count is a safeguard, not a reason to stop.
 func (s *sub) claim(ctx context.Context, ds []*driver.Delivery) {
@@ -102,6 +125,11 @@ func (s *sub) claim(ctx context.Context, ds []*driver.Delivery) {
 		case h.offset < 0: // no commit: the group starts here
 		case pos.offset != h.offset:
 			continue // the committed offset was out of range: nothing began here
+		case h.begun > 0 && h.member == s.member:
+			// Begun by this member before it lost the partition: alive,
+			// it did not crash on the record, and it is counted already.
+			d.Attempt = h.begun
+			continue
 		case h.begun > 0:
 			// Begun before: a suspect, recorded by Begin when it runs.
 			d.Attempt = h.begun + 1
@@ -124,7 +152,8 @@ func (s *sub) claim(ctx context.Context, ds []*driver.Delivery) {
 
 // Begin implements driver.AttemptKeeper: d's offset is the committed
 // offset (the engine committed the lane up to it), so it records one
-// more holder beginning it.
+// more holder beginning it, unless this member is the last recorded
+// (counted already).
 func (s *sub) Begin(ctx context.Context, d *driver.Delivery) (int, error) {
 	pos, ok := d.Token.(*position)
 	if !ok {
@@ -135,6 +164,9 @@ func (s *sub) Begin(ctx context.Context, d *driver.Delivery) (int, error) {
 	s.mu.Unlock()
 	n := 1
 	if h.offset == pos.offset {
+		if h.begun > 0 && h.member == s.member {
+			return h.begun, nil
+		}
 		n = h.begun + 1
 	}
 	if err := s.record(ctx, []position{*pos}, n)[0]; err != nil {
@@ -144,7 +176,8 @@ func (s *sub) Begin(ctx context.Context, d *driver.Delivery) (int, error) {
 }
 
 // record commits each of at's offsets, in one request, with the metadata
-// saying that n holders began it, as this member of the group's current
+// saying that n holders began it, the last this one (s.member), as this
+// member of the group's current
 // generation; it returns each one's error.
 func (s *sub) record(ctx context.Context, at []position, n int) []error {
 	errs := make([]error, len(at))
@@ -172,7 +205,7 @@ func (s *sub) record(ctx context.Context, at []position, n int) []error {
 			errs[i] = fmt.Errorf("kafkabus: begin %q partition %d: %w", s.topic, pos.partition, ErrNotOwner)
 			continue
 		}
-		meta := begunMeta(pos.offset, n)
+		meta := begunMeta(pos.offset, n, s.member)
 		rp := kmsg.NewOffsetCommitRequestTopicPartition()
 		rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = pos.partition, pos.offset, pos.epoch, &meta
 		rt.Partitions = append(rt.Partitions, rp)
@@ -209,7 +242,7 @@ func (s *sub) record(ctx context.Context, at []position, n int) []error {
 		case !answered[p]:
 			fail(i, errors.New("no answer for the partition"))
 		case errs[i] == nil:
-			s.heads[p] = head{offset: at[i].offset, begun: n}
+			s.heads[p] = head{offset: at[i].offset, begun: n, member: s.member}
 		}
 	}
 	s.mu.Unlock()

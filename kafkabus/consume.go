@@ -50,6 +50,7 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 		owned:     map[int32]bool{},
 		revokedAt: map[int32]uint64{},
 		heads:     map[int32]head{},
+		member:    newMemberID(),
 	}
 	kopts := slices.Concat(c.common, c.cfg.consumerOpts(topic, opts), []kgo.Opt{
 		kgo.OnPartitionsAssigned(s.onAssigned),
@@ -106,6 +107,7 @@ type sub struct {
 	start     driver.StartAt
 	lanes     driver.Lanes
 	cl        *kgo.Client
+	member    string // names this sub in the commit metadata it writes (attempts.go)
 
 	joined   chan struct{}
 	joinOnce sync.Once

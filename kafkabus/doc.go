@@ -169,7 +169,11 @@
 // Lost partitions (an expired session) are abandoned without a commit.
 // A group omnibus named itself (no Group option) is deleted from Kafka
 // when its last member leaves.
-// Delivery is at least once.
+// Delivery is at least once. Kafka counts no deliveries: the commit
+// metadata at a partition's committed offset counts the members that
+// began its record without settling it (driver.AttemptKeeper), and
+// names the last one, so that a member that lost the partition and
+// claimed it again is counted once.
 //
 // A new group starts at the end of each partition (StartLatest) or at the
 // log start (StartEarliest). With StartLatest the member commits that end
