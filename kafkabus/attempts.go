@@ -12,9 +12,9 @@ package kafkabus
 // (Begin). A member that lost the partition and claimed it again, and
 // finds itself the last recorded holder, is alive: it did not crash on
 // the record, and is not counted twice. Any other commit moves the
-// offset and drops the record. The
-// heads are guarded by sub.mu; the commits run on the caller's goroutine
-// with sub.gate held shared, as Commit's do.
+// offset and drops the record. The heads are guarded by sub.mu; the
+// commits run on the caller's goroutine with sub.gate held shared, as
+// Commit's do.
 
 import (
 	"context"
@@ -106,9 +106,9 @@ func (s *sub) noteHeads(committed kadm.OffsetResponses, ps []int32) {
 // one unless it is the last recorded (it began the record, lost the
 // partition and claimed it again: counted already). It records this
 // member's claims only where none did (Begin records a suspect's when it
-// runs), all in one commit. Other deliveries
-// are left alone. A failed record leaves its delivery uncounted (Attempt
-// 0): the count is a safeguard, not a reason to stop.
+// runs), all in one commit. Other deliveries are left alone. A failed
+// record leaves its delivery uncounted (Attempt 0): the count is a
+// safeguard, not a reason to stop.
 func (s *sub) claim(ctx context.Context, ds []*driver.Delivery) {
 	var firsts []*driver.Delivery
 	var at []position
@@ -177,8 +177,7 @@ func (s *sub) Begin(ctx context.Context, d *driver.Delivery) (int, error) {
 
 // record commits each of at's offsets, in one request, with the metadata
 // saying that n holders began it, the last this one (s.member), as this
-// member of the group's current
-// generation; it returns each one's error.
+// member of the group's current generation; it returns each one's error.
 func (s *sub) record(ctx context.Context, at []position, n int) []error {
 	errs := make([]error, len(at))
 	fail := func(i int, err error) {
