@@ -255,6 +255,13 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 	if !loose {
 		s.queue = append(s.queue, e)
 	}
+	m.joinedLocked(s)
+}
+
+// joinedLocked sees to s after an entry joined its queue: an idle slot
+// goes to the run queue; a parked one counts it as waiting; a batch
+// waiting to fill looks again.
+func (m *member) joinedLocked(s *slot) {
 	switch {
 	case !s.active:
 		s.active = true

@@ -132,15 +132,7 @@ func (m *member) unguardLocked(s *slot) {
 		} else {
 			to.queue = append(to.queue, e)
 		}
-		switch {
-		case !to.active:
-			to.active = true
-			m.startLocked(to)
-		case to.parked:
-			m.waiting++
-		case to.wake != nil:
-			driver.Notify(to.wake)
-		}
+		m.joinedLocked(to)
 	}
 	clear(s.queue[len(stay):])
 	s.queue = stay
