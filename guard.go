@@ -136,7 +136,6 @@ func (m *member) unguardLocked(s *slot) {
 	}
 	clear(s.queue[len(stay):])
 	s.queue = stay
-	m.k.logger.Info("a dead letter that does not land holds its key only: the lane's guard ends", "member", m.id, "lane", l.id, "id", s.queue[0].msg.ID)
 }
 
 // begin prepares a suspect whose turn came: what the member settled is

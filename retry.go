@@ -114,8 +114,10 @@ func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
 		m.mu.Unlock()
 		return true
 	}
+	var unguarded *entry
 	if s.guarded && len(parked) > 0 {
 		m.unguardLocked(s)
+		unguarded = s.queue[0]
 	}
 	var delay time.Duration
 	if keep[0].dead {
@@ -133,6 +135,9 @@ func (m *member) settle(s *slot, batch []*entry, latency time.Duration) bool {
 	}
 	m.parkLocked(s, delay)
 	m.mu.Unlock()
+	if unguarded != nil {
+		m.k.logger.Info("a dead letter that does not land holds its key only: the lane's guard ends", "member", m.id, "lane", l.id, "id", unguarded.msg.ID)
+	}
 	for _, e := range retried {
 		m.emit(e)
 	}
