@@ -25,6 +25,13 @@
 //     the highest delivery of a lane below which every delivery is
 //     settled, and the driver stores its position.
 //
+// Where the transport's delivery count cannot say how many holders ran a
+// message (a message whose handler crashes its process is dead-lettered
+// after MaxAttempts of them), a driver counts them itself:
+// [AttemptKeeper] for a log's lanes, which count no deliveries, and
+// [RunCounter] for a count that also counts holders that never ran the
+// message.
+//
 // A driver never retries a failed operation on its own and never decides
 // that a message is done: that is the engine's job.
 //
