@@ -115,8 +115,14 @@ func (c *conn) put(ctx context.Context, stream string, entries []types.PutRecord
 		case errorCode(err) == codeNotFound:
 			c.forget(stream)
 			return fmt.Errorf("kinesisbus: publish %q: %w", stream, c.classify(err))
-		case errors.Is(c.classify(err), driver.ErrRetryable) || ctx.Err() == nil && isTransport(err):
+		case errors.Is(c.classify(err), driver.ErrRetryable):
 			last = fmt.Errorf("kinesisbus: publish %q: %w", stream, c.classify(err))
+		case ctx.Err() == nil && isTransport(err):
+			// The request may have reached Kinesis, which keeps no IDs:
+			// sent again, its records may be in the stream twice.
+			last = fmt.Errorf("kinesisbus: publish %q: %w", stream, c.classify(err))
+			c.logger.Warn("publishing records again after an error that may have come after Kinesis stored them; they may be in the stream twice",
+				"stream", stream, "records", len(entries), "err", last)
 		default:
 			return fmt.Errorf("kinesisbus: publish %q: %w", stream, c.classify(err))
 		}
