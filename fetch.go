@@ -214,10 +214,7 @@ func (m *member) dispatchLocked(d *driver.Delivery, now time.Time) {
 			e entry
 		})
 		s, e = &p.s, &p.e
-		key := ""
-		if m.k.cfg.ordering == OrderKey {
-			key = d.Key
-		}
+		key := m.slotKey(d.Key)
 		*s = slot{lane: l, key: key}
 		s.queue = s.one[:0]
 		l.slots[key] = s
@@ -277,10 +274,16 @@ func (m *member) joinedLocked(s *slot) {
 // ordering (one per key in key mode, one per lane in lane mode), or nil
 // when there is none yet.
 func (m *member) slotForLocked(l *lane, key string) *slot {
+	return l.slots[m.slotKey(key)]
+}
+
+// slotKey is the key of the slot a delivery of key joins: key itself in
+// key mode, "" (the lane's one slot) otherwise.
+func (m *member) slotKey(key string) string {
 	if m.k.cfg.ordering != OrderKey {
-		key = ""
+		return ""
 	}
-	return l.slots[key]
+	return key
 }
 
 func (l *lane) dropSlotLocked(s *slot) {

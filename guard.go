@@ -95,15 +95,9 @@ func (m *member) unguardLocked(s *slot) {
 		l.guard = nil
 	}
 	s.guarded = false
-	keyOf := func(e *entry) string {
-		if m.k.cfg.ordering == OrderKey {
-			return e.d.Key
-		}
-		return ""
-	}
 	unordered := m.k.cfg.ordering == OrderNone
 	s.loose = unordered
-	s.key = keyOf(s.queue[0])
+	s.key = m.slotKey(s.queue[0].d.Key)
 	if !unordered && l.slots[s.key] == nil {
 		l.slots[s.key] = s
 	}
@@ -116,7 +110,7 @@ func (m *member) unguardLocked(s *slot) {
 			}
 		}
 		e.begun = true // nothing records it: the guard's count is over
-		k := keyOf(e)
+		k := m.slotKey(e.d.Key)
 		if !unordered && k == s.key {
 			stay = append(stay, e)
 			continue

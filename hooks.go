@@ -31,9 +31,10 @@ import (
 //
 // A PublishHook's end for a Publisher runs on the Publisher's sender,
 // before the messages it ends free their room: called from there, the
-// Publisher's Flush and Close, and a Publish that would wait for room,
-// return an error wrapping ErrInvalid at once (they would wait for
-// themselves).
+// Flush and Close of any Publisher, and a Publish that would wait for
+// room, return an error wrapping ErrInvalid at once (on its own
+// Publisher they would wait for themselves, and a stack cannot tell
+// which Publisher it runs for).
 type Hook any
 
 // PublishHook sees every Client.Publish (not the engine's dead letters,

@@ -10,9 +10,12 @@ package natsbus
 // records each message the engine begins while it guards the lane
 // (Begin). A record names the member that wrote it last: a member that
 // lost the lane and claimed it again is alive, so it did not crash on
-// the message, and it is not counted twice. It runs on the engine's fetch
-// loop and workers; the bucket's revision orders the writers, and the
-// lease decides who may write.
+// the message, and it is not counted twice. An unpartitioned group keeps
+// the server's delivery count, but counts the holders that ran a
+// redelivered message (driver.RunCounter, key "r.<sequence>", see
+// CountRun). It runs on the engine's fetch loop, workers and settle loop;
+// the bucket's revision orders the writers, and the lease decides who
+// may write a partition's record.
 
 import (
 	"context"
@@ -21,8 +24,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus/driver"
 )
@@ -70,35 +71,25 @@ func runKey(seq uint64) string { return "r." + strconv.FormatUint(seq, 10) }
 func (p *positions) countRun(ctx context.Context, seq uint64) (int, error) {
 	key := runKey(seq)
 	for range 3 {
+		v, rev, err := p.read(ctx, key)
+		if err != nil {
+			return 0, err
+		}
 		var rec runs
-		var rev uint64
-		e, err := p.kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return 0, classify(err)
-		default:
-			rev = e.Revision()
-			if json.Unmarshal(e.Value(), &rec) != nil || !rec.StreamCreated.Equal(p.created) || rec.Holders < 1 {
-				rec = runs{} // another stream's, or not a record
-			}
+		if rev != 0 && (json.Unmarshal(v, &rec) != nil || !rec.StreamCreated.Equal(p.created) || rec.Holders < 1) {
+			rec = runs{} // another stream's, or not a record
 		}
 		rec = runs{Holders: max(rec.Holders, 1) + 1, StreamCreated: p.created}
 		b, _ := json.Marshal(rec) // a number and a time
-		if rev == 0 {
-			_, err = p.kv.Create(ctx, key, b)
-		} else {
-			_, err = p.kv.Update(ctx, key, b, rev)
-		}
-		switch {
+		switch err := p.put(ctx, key, b, rev); {
 		case err == nil:
 			return rec.Holders, nil
-		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
-			continue // another holder wrote meanwhile: read it again
+		case !errors.Is(err, errConflict):
+			return 0, err
 		}
-		return 0, classify(err)
+		// another holder wrote meanwhile: read it again
 	}
-	return 0, fmt.Errorf("written concurrently: %w", driver.ErrRetryable)
+	return 0, fmt.Errorf("%w: %w", errConflict, driver.ErrRetryable)
 }
 
 // forgetRuns deletes the run counts of messages acknowledged; one left
@@ -174,17 +165,14 @@ func (s *sub) memberID() string {
 // readBegun reads h's lane's record and its revision (0: none), a
 // record of another message or stream read as none.
 func (s *sub) readBegun(ctx context.Context, h *held) (rec begun, rev uint64, err error) {
-	e, err := s.pos.kv.Get(ctx, begunKey(h.r.lane))
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return begun{}, 0, nil
-	case err != nil:
-		return begun{}, 0, fmt.Errorf("natsbus: begin %q lane %s: %w", s.topic, h.r.lane, classify(err))
+	v, rev, err := s.pos.read(ctx, begunKey(h.r.lane))
+	if err != nil {
+		return begun{}, 0, fmt.Errorf("natsbus: begin %q lane %s: %w", s.topic, h.r.lane, err)
 	}
-	if json.Unmarshal(e.Value(), &rec) != nil || !rec.StreamCreated.Equal(s.pos.created) || rec.Seq != h.seq || rec.Holders < 0 {
+	if rev == 0 || json.Unmarshal(v, &rec) != nil || !rec.StreamCreated.Equal(s.pos.created) || rec.Seq != h.seq || rec.Holders < 0 {
 		rec = begun{}
 	}
-	return rec, e.Revision(), nil
+	return rec, rev, nil
 }
 
 // begun is a lane's record of the holders that began its message at Seq
@@ -204,7 +192,6 @@ func (s *sub) begin(ctx context.Context, h *held) (int, error) {
 	if s.pos == nil {
 		return 1, nil
 	}
-	kv, key := s.pos.kv, begunKey(h.r.lane)
 	for range 3 {
 		if !h.r.valid(time.Now()) {
 			return 0, fmt.Errorf("natsbus: begin %q lane %s: the lease ran out: %w", s.topic, h.r.lane, driver.ErrRetryable)
@@ -219,18 +206,13 @@ func (s *sub) begin(ctx context.Context, h *held) (int, error) {
 		}
 		rec = begun{Seq: h.seq, Holders: rec.Holders + 1, StreamCreated: s.pos.created, Member: me}
 		b, _ := json.Marshal(rec) // numbers and a time
-		if rev == 0 {
-			_, err = kv.Create(ctx, key, b)
-		} else {
-			_, err = kv.Update(ctx, key, b, rev)
-		}
-		switch {
+		switch err := s.pos.put(ctx, begunKey(h.r.lane), b, rev); {
 		case err == nil:
 			return rec.Holders, nil
-		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
-			continue // another holder wrote meanwhile: read it again
+		case !errors.Is(err, errConflict):
+			return 0, fmt.Errorf("natsbus: begin %q lane %s: %w", s.topic, h.r.lane, err)
 		}
-		return 0, fmt.Errorf("natsbus: begin %q lane %s: %w", s.topic, h.r.lane, classify(err))
+		// another holder wrote meanwhile: read it again
 	}
 	return 0, fmt.Errorf("natsbus: begin %q lane %s: written concurrently: %w", s.topic, h.r.lane, driver.ErrRetryable)
 }

@@ -71,6 +71,17 @@ func rawJetStream(t testing.TB, rawURL string) jetstream.JetStream {
 	return js
 }
 
+// holdsLanes waits up to 15 seconds for k to hold n lanes.
+func holdsLanes(t testing.TB, k *omnibus.Consumer, n int) {
+	t.Helper()
+	eventually(t, 15*time.Second, func() error {
+		if got := len(k.Stats().Lanes); got != n {
+			return fmt.Errorf("the member holds %d lanes, want %d", got, n)
+		}
+		return nil
+	})
+}
+
 // keysOn returns n distinct keys that land on partition p of parts.
 func keysOn(p, parts, n int) []string {
 	var keys []string
@@ -322,12 +333,7 @@ func TestLostNotBehindDrain(t *testing.T) {
 		}
 		run(t, a)
 		t.Cleanup(func() { close(release) }) // before a's drain: cleanups run last first
-		eventually(t, 15*time.Second, func() error {
-			if got := len(a.Stats().Lanes); got != 4 {
-				return fmt.Errorf("the first member holds %d lanes, want 4", got)
-			}
-			return nil
-		})
+		holdsLanes(t, a, 4)
 		// A message on every lane: whichever the member gives up has
 		// one in flight.
 		var keys []string
@@ -524,12 +530,7 @@ func TestStalePullRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 		run(t, k)
-		eventually(t, 15*time.Second, func() error {
-			if got := len(k.Stats().Lanes); got != 4 {
-				return fmt.Errorf("the member holds %d lanes, want 4", got)
-			}
-			return nil
-		})
+		holdsLanes(t, k, 4)
 		cons, err := js.Consumer(ctx, topic, "g_p0")
 		if err != nil {
 			t.Fatal(err)
@@ -622,12 +623,7 @@ func TestHeldNotRunIsNotCounted(t *testing.T) {
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- first.Run(rctx) }()
-		eventually(t, 10*time.Second, func() error {
-			if len(first.Stats().Lanes) == 0 {
-				return errors.New("the member holds no lane yet")
-			}
-			return nil
-		})
+		holdsLanes(t, first, 1)
 		stop()
 		if err := <-done; err != nil {
 			t.Fatalf("Run: %v", err)
@@ -733,12 +729,7 @@ func TestReclaimNotCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 		run(t, k)
-		eventually(t, 15*time.Second, func() error {
-			if got := len(k.Stats().Lanes); got != 4 {
-				return fmt.Errorf("the member holds %d lanes, want 4", got)
-			}
-			return nil
-		})
+		holdsLanes(t, k, 4)
 		publishTo(t, c, topic, keysOn(0, 4, 1))
 		select {
 		case <-running:
@@ -804,12 +795,7 @@ func TestGuardedLaneDeadLetterStuck(t *testing.T) {
 			t.Fatal(err)
 		}
 		stopA := runLeavingPoison(t, a)
-		eventually(t, 15*time.Second, func() error {
-			if got := len(a.Stats().Lanes); got != 4 {
-				return fmt.Errorf("the first member holds %d lanes, want 4", got)
-			}
-			return nil
-		})
+		holdsLanes(t, a, 4)
 		publishTo(t, c, topic, []string{poison})
 		eventually(t, 15*time.Second, func() error {
 			if tries.Load() == 0 {

@@ -157,12 +157,34 @@ var errConflict = errors.New("written concurrently")
 // write stores next for lane if the key is still at revision rev (0: the
 // key must not exist); errConflict when it is not.
 func (p *positions) write(ctx context.Context, lane string, next, rev uint64) error {
-	b := encodePosition(next, p.created)
+	err := p.put(ctx, positionKey(lane), encodePosition(next, p.created), rev)
+	if err == nil || errors.Is(err, errConflict) {
+		return err
+	}
+	return fmt.Errorf("position bucket %q: record lane %s at %d: %w", p.kv.Bucket(), lane, next, err)
+}
+
+// read returns key's value and revision; none (0) when the key does not
+// exist.
+func (p *positions) read(ctx context.Context, key string) ([]byte, uint64, error) {
+	e, err := p.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, classify(err)
+	}
+	return e.Value(), e.Revision(), nil
+}
+
+// put stores b at key if the key is still at revision rev (0: the key
+// must not exist): errConflict when another writer came first.
+func (p *positions) put(ctx context.Context, key string, b []byte, rev uint64) error {
 	var err error
 	if rev == 0 {
-		_, err = p.kv.Create(ctx, positionKey(lane), b)
+		_, err = p.kv.Create(ctx, key, b)
 	} else {
-		_, err = p.kv.Update(ctx, positionKey(lane), b, rev)
+		_, err = p.kv.Update(ctx, key, b, rev)
 	}
 	switch {
 	case err == nil:
@@ -170,7 +192,7 @@ func (p *positions) write(ctx context.Context, lane string, next, rev uint64) er
 	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 		return errConflict
 	}
-	return fmt.Errorf("position bucket %q: record lane %s at %d: %w", p.kv.Bucket(), lane, next, classify(err))
+	return classify(err)
 }
 
 // resumeSeq is where a consumer resumes: the sequence after its ack

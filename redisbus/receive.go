@@ -107,12 +107,24 @@ func (s *sub) ask(room driver.Room) {
 // once (the only ones counted) and of those acknowledged again.
 func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	byLane := map[*lane][]string{}
-	counted := map[*lane][]string{}
+	// Unpartitioned, the entries whose run counts the pipeline deletes:
+	// a list of its own (appending to one shared with byLane would
+	// overwrite byLane's), and no map unless there are some.
+	var counted map[*lane][]string
+	count := func(l *lane, ids ...string) {
+		if s.parts > 0 {
+			return
+		}
+		if counted == nil {
+			counted = map[*lane][]string{}
+		}
+		counted[l] = append(counted[l], ids...)
+	}
 	s.mu.Lock()
 	for _, l := range s.lanes {
 		if len(l.reack) > 0 {
 			byLane[l], l.reack = l.reack, nil
-			counted[l] = byLane[l]
+			count(l, byLane[l]...)
 		}
 	}
 	s.mu.Unlock()
@@ -121,7 +133,7 @@ func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 		if !l.gone.Load() {
 			byLane[l] = append(byLane[l], d.Position)
 			if d.Attempt > 1 {
-				counted[l] = append(counted[l], d.Position)
+				count(l, d.Position)
 			}
 		}
 	}
