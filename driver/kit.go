@@ -3,6 +3,7 @@ package driver
 // Helpers every transport needs besides its own I/O, written once.
 
 import (
+	"context"
 	"hash/fnv"
 	"math/rand/v2"
 	"sync"
@@ -38,6 +39,39 @@ func Notify(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// Watch calls check until ctx ends: now, then whenever the time it
+// returned comes or a wake-up arrives on wake (see Notify). It is the loop
+// of a lease watchdog, whose check gives up the leases whose deadline
+// passed and returns the earliest deadline left.
+func Watch(ctx context.Context, wake <-chan struct{}, check func(now time.Time) (next time.Time)) {
+	t := time.NewTimer(time.Until(check(time.Now())))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-wake:
+		}
+		t.Reset(time.Until(check(time.Now())))
+	}
+}
+
+// Shift takes the first n elements off *buf and returns them in a slice
+// of their own: a Receive's hand-out from the buffer its client library
+// fills. Their places are cleared, so that the buffer does not keep them
+// alive, and a buffer emptied lets its array go.
+func Shift[T any](buf *[]T, n int) []T {
+	out := make([]T, n)
+	copy(out, *buf)
+	clear((*buf)[:n])
+	*buf = (*buf)[n:]
+	if len(*buf) == 0 {
+		*buf = nil
+	}
+	return out
 }
 
 // Subscribers is a connection's set of open subscribers and whether the

@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -98,5 +99,64 @@ func TestBalance(t *testing.T) {
 				t.Errorf("%s: claims lane %d, owned by %q", tt.name, l, tt.owners[l])
 			}
 		}
+	}
+}
+
+// TestWatch checks that Watch checks at once, when a wake-up comes, and
+// when the time its check returned comes, and ends with its context.
+func TestWatch(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	wake := make(chan struct{}, 1)
+	checks := make(chan time.Time, 10)
+	var next atomic.Int64 // how long after a check the next is due
+	next.Store(int64(time.Hour))
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		driver.Watch(ctx, wake, func(now time.Time) time.Time {
+			checks <- now
+			return now.Add(time.Duration(next.Load()))
+		})
+	}()
+	wait := func(why string) {
+		t.Helper()
+		select {
+		case <-checks:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no check %s", why)
+		}
+	}
+	wait("at the start")
+	driver.Notify(wake)
+	wait("after a wake-up")
+	next.Store(int64(20 * time.Millisecond))
+	driver.Notify(wake)
+	wait("after a second wake-up")
+	wait("when the time it returned came") // an hour would fail the test
+	cancel()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Watch did not end with its context")
+	}
+}
+
+func TestShift(t *testing.T) {
+	a, b, c := new(int), new(int), new(int)
+	buf := []*int{a, b, c}
+	whole := buf
+	out := driver.Shift(&buf, 2)
+	if len(out) != 2 || out[0] != a || out[1] != b || len(buf) != 1 || buf[0] != c {
+		t.Fatalf("Shift(2) = %v, buffer %v", out, buf)
+	}
+	if whole[0] != nil || whole[1] != nil {
+		t.Fatal("the buffer's array keeps what was taken")
+	}
+	out[0] = nil // the hand-out is its own
+	if whole[2] != c {
+		t.Fatal("the hand-out shares the buffer's array")
+	}
+	if out := driver.Shift(&buf, 1); len(out) != 1 || out[0] != c || buf != nil {
+		t.Fatalf("the last Shift = %v, buffer %v; want [c] and no array", out, buf)
 	}
 }

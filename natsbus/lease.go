@@ -98,17 +98,7 @@ func (p *partitioned) refresh() {
 
 func (p *partitioned) watchdogLoop() {
 	defer p.wg.Done()
-	t := time.NewTimer(p.ttl)
-	defer t.Stop()
-	for {
-		t.Reset(time.Until(p.expire(time.Now())))
-		select {
-		case <-p.ctx.Done():
-			return
-		case <-t.C:
-		case <-p.check:
-		}
-	}
+	driver.Watch(p.ctx, p.check, p.expire)
 }
 
 // expire gives up the leases whose deadline passed and tells the engine

@@ -272,14 +272,7 @@ func (s *sub) take(ctx context.Context, most int) ([]*nsq.Message, error) {
 			return nil, fmt.Errorf("nsqbus: receive %q: %w", s.topic, driver.ErrClosed)
 		}
 		if len(s.buf) > 0 {
-			n := min(len(s.buf), max(most, 1))
-			out := make([]*nsq.Message, n)
-			copy(out, s.buf)
-			clear(s.buf[:n])
-			s.buf = s.buf[n:]
-			if len(s.buf) == 0 {
-				s.buf = s.buf[:0:0]
-			}
+			out := driver.Shift(&s.buf, min(len(s.buf), max(most, 1)))
 			s.mu.Unlock()
 			return out, nil
 		}

@@ -232,13 +232,7 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 				s.mu.Unlock()
 				return nil, nil // the first waiting does not fit
 			}
-			out := make([]*driver.Delivery, n)
-			copy(out, s.buf)
-			clear(s.buf[:n])
-			s.buf = s.buf[n:]
-			if len(s.buf) == 0 {
-				s.buf = s.buf[:0:0]
-			}
+			out := driver.Shift(&s.buf, n)
 			s.mu.Unlock()
 			return out, nil
 		}

@@ -125,6 +125,9 @@ func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 		if len(l.reack) > 0 {
 			byLane[l], l.reack = l.reack, nil
 			count(l, byLane[l]...)
+			for _, id := range byLane[l] {
+				delete(s.held, id) // held again if this try fails too (fail)
+			}
 		}
 	}
 	s.mu.Unlock()

@@ -79,3 +79,67 @@ func TestRunCountRecords(t *testing.T) {
 	// Acknowledged by another holder meanwhile: counted without a record.
 	count(2, "")
 }
+
+// TestAckAgainAfterFailure fails an acknowledgement (its context ended
+// before the XACKs went) and checks that the next one, with a delivery
+// of its own, acknowledges both: nothing stays pending, every run count
+// of them is deleted, and the member holds none of them.
+func TestAckAgainAfterFailure(t *testing.T) {
+	ctx := context.Background()
+	c, topic := openTestConn(t, "", "redisbus-reack-")
+	runs := runsKey(topic, "g")
+	if err := c.join(ctx, topic, topic, "g", "g", "$"); err != nil {
+		t.Fatal(err)
+	}
+	l := &lane{id: unorderedLane, stream: topic}
+	s := &sub{c: c, topic: topic, group: "g", lanes: map[string]*lane{l.id: l}, held: map[string]struct{}{}}
+	var ds []*driver.Delivery
+	for i := range 4 {
+		id, err := c.rdb.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: []any{"data", "x"}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &driver.Delivery{Lane: l.id, Position: id, Attempt: 1 + i%2, Token: l}
+		if d.Attempt > 1 { // counted: CountRun left a record
+			if err := c.rdb.HSet(ctx, runs, id, "1:2").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ds = append(ds, d)
+	}
+	if err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "a", Streams: []string{topic, ">"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.hold(ds)
+	pending := func() int64 {
+		t.Helper()
+		p, err := c.rdb.XPending(ctx, topic, "g").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Count
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.Ack(ended, ds[:3]); err == nil {
+		t.Fatal("Ack with an ended context: no error")
+	}
+	if n := pending(); n != 4 {
+		t.Fatalf("%d pending after a failed Ack, want 4", n)
+	}
+	if len(s.held) != 4 {
+		t.Fatalf("the member holds %d after a failed Ack, want 4 (the keeper keeps them its own)", len(s.held))
+	}
+	if err := s.Ack(ctx, ds[3:]); err != nil {
+		t.Fatal(err)
+	}
+	if n := pending(); n != 0 {
+		t.Fatalf("%d pending after the next Ack, want 0", n)
+	}
+	if n, _ := c.rdb.HLen(ctx, runs).Result(); n != 0 {
+		t.Fatalf("%d run counts left after the acknowledgements", n)
+	}
+	if len(s.held) != 0 || len(l.reack) != 0 {
+		t.Fatalf("held %d, to acknowledge again %d; want none", len(s.held), len(l.reack))
+	}
+}
