@@ -78,6 +78,11 @@ func (c *conn) Publish(ctx context.Context, stream string, msgs []*driver.Messag
 		}
 		failed, err := c.put(ctx, stream, entries[:n], index[:n], errs)
 		if err != nil {
+			if len(failed) == len(msgs) {
+				// The first call failed, with every message in it and
+				// none refused alone: the error applies to them all.
+				return err
+			}
 			for _, i := range failed {
 				errs[i] = err
 			}
@@ -97,32 +102,12 @@ func (c *conn) Publish(ctx context.Context, stream string, msgs []*driver.Messag
 		}
 		entries, index = entries[n:], index[n:]
 	}
-	return publishResult(errs)
-}
-
-// publishResult is what Publish returns for the messages' errors: nil
-// when none failed, the error itself when one error failed them all,
-// else a *driver.MessageErrors.
-func publishResult(errs []error) error {
-	var first error
-	same := true
 	for _, err := range errs {
-		switch {
-		case err == nil:
-			same = false
-		case first == nil:
-			first = err
-		case err != first:
-			same = false
+		if err != nil {
+			return &driver.MessageErrors{Errs: errs}
 		}
 	}
-	switch {
-	case first == nil:
-		return nil
-	case same:
-		return first
-	}
-	return &driver.MessageErrors{Errs: errs}
+	return nil
 }
 
 // put sends one batch, sending again what Kinesis refused (records it
