@@ -132,13 +132,29 @@
 //
 // # Delivery semantics
 //
-// Publish sends PutRecords calls of up to 500 records and 5 MiB. Records
-// Kinesis refuses for throughput (ProvisionedThroughputExceededException)
-// or an internal failure are sent again, each on its own, with backoff,
-// until they land or the context ends; what still fails comes back as
-// that message's error, and a message whose record would be over 1 MiB
-// fails alone with ErrTooLarge. A record sent again may land after a
-// later record of its key, as with Kinesis's own PutRecords retries.
+// Publish sends PutRecords calls of up to 500 records and 5 MiB. What
+// Kinesis did not store is sent again, with backoff, until it lands or
+// the context ends: records PutRecords answers as failed
+// (ProvisionedThroughputExceededException, InternalFailure: Kinesis
+// documents them as not added), each on its own, and a call throttled or
+// that found no connection; what still fails comes back as that
+// message's error, and a message whose record would be over 1 MiB fails
+// alone with ErrTooLarge. A record sent again may land after a later
+// record of its key, as with Kinesis's own PutRecords retries.
+//
+// Kinesis keeps no message IDs, so it cannot drop a record sent twice.
+// A call whose outcome is unknown is therefore never sent again inside
+// the driver: no answer came (the connection broke or the context ended
+// with the call sent), or Kinesis failed on its side (a 500 or 503:
+// InternalFailure, ServiceUnavailable), which may come after it stored
+// the records. The call's messages fail marked driver.ErrOutcomeUnknown,
+// and those of the publish's later calls are not sent (they would land
+// ahead of them) and fail marked driver.ErrRetryable. omnibus's Publish
+// (and a Publisher) then publishes them again with the same IDs, which
+// its log (a warning) and PublishRetryHook show: a message whose first
+// try had landed is then in the stream twice, its copy behind what was
+// published since, and is delivered twice. Receivers that must not see it
+// twice deduplicate by ID.
 //
 // A subscription is a member of the group; each shard leased is a lane
 // named by its shard ID, and a delivery's Position is its sequence
@@ -187,8 +203,10 @@
 // Errors name the operation and the stream and wrap driver sentinels:
 // ErrNotFound (no such stream, a group without a lease table), ErrTooLarge,
 // ErrInvalid (a bad URL, a lease table of the wrong shape, no permission),
-// ErrClosed, and ErrRetryable where Kinesis or DynamoDB refused before
-// acting (throttling, an internal error, no connection). The SDK's error
+// ErrClosed, ErrRetryable where Kinesis or DynamoDB refused before acting
+// (throttling, no connection), and ErrOutcomeUnknown where a write may or
+// may not have taken effect (a failure on the server's side, any answer
+// of the 500s; a publish that got no answer). The SDK's error
 // (a smithy.APIError) stays reachable with errors.As. ErrNotOwner marks a
 // lease write refused because the member no longer holds the lease.
 //

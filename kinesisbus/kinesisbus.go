@@ -17,6 +17,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/smithy-go"
@@ -202,9 +203,13 @@ func (c *conn) classify(err error) error {
 	case code == codeAccessDenied, code == codeValidation, code == codeInvalidArg,
 		code == "UnrecognizedClientException", code == "InvalidSignatureException":
 		sentinel = driver.ErrInvalid
-	case throttled(err), code == codeInternal, code == codeUnavailable, code == codeInternalError:
-		// Refused before acting, or failed on the server's side.
+	case throttled(err):
+		// Refused before acting.
 		sentinel = driver.ErrRetryable
+	case serverFailed(err):
+		// Failed on the server's side, which may be after it acted (a
+		// write stored, its answer lost).
+		sentinel = driver.ErrOutcomeUnknown
 	case code == "":
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
@@ -219,6 +224,40 @@ func (c *conn) classify(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", err, sentinel)
+}
+
+// serverFailed reports whether err is a failure on the server's side: an
+// internal error, the service unavailable, any answer of the 500s.
+func serverFailed(err error) bool {
+	switch errorCode(err) {
+	case codeInternal, codeUnavailable, codeInternalError:
+		return true
+	}
+	var re *awshttp.ResponseError
+	return errors.As(err, &re) && re.HTTPStatusCode() >= 500
+}
+
+// outcomeUnknown reports whether a write that failed with err may or may
+// not have taken effect: the server failed on its side, or no answer
+// came (the connection broke or timed out with the request sent, the
+// call's context ended while it was out). An error with an AWS code of
+// the 400s is a refusal, and a failed dial never reached the server.
+func outcomeUnknown(err error) bool {
+	if serverFailed(err) {
+		return true
+	}
+	var op *net.OpError
+	return errorCode(err) == "" && !(errors.As(err, &op) && op.Op == "dial")
+}
+
+// unknown is classify for an error after which a write's outcome is
+// unknown (see outcomeUnknown): marked driver.ErrOutcomeUnknown.
+func (c *conn) unknown(err error) error {
+	err = c.classify(err)
+	if errors.Is(err, driver.ErrOutcomeUnknown) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, driver.ErrOutcomeUnknown)
 }
 
 // redacted is an error whose text has the secret key hidden, keeping the

@@ -3,7 +3,12 @@ package kinesisbus
 // Publishing: messages become records in PutRecords calls of at most 500
 // records and 5 MiB; records Kinesis refuses for throughput or an
 // internal failure are sent again, one by one as they failed, until they
-// land or ctx ends. Runs on the caller's goroutine.
+// land or ctx ends. A call whose outcome is unknown (no answer, or a
+// failure on Kinesis's side that may have come after it stored the
+// records) is not sent again here: Kinesis keeps no IDs, so a second
+// copy would be stored silently. Its messages fail marked
+// ErrOutcomeUnknown, and omnibus's Publish sends them again where its
+// hooks and log see it. Runs on the caller's goroutine.
 
 import (
 	"context"
@@ -71,8 +76,29 @@ func (c *conn) Publish(ctx context.Context, stream string, msgs []*driver.Messag
 			bytes += size
 			n++
 		}
-		if err := c.put(ctx, stream, entries[:n], index[:n], errs); err != nil {
-			return err
+		failed, err := c.put(ctx, stream, entries[:n], index[:n], errs)
+		if err != nil {
+			if len(failed) == len(msgs) {
+				// The first call failed, with every message in it and
+				// none refused alone: the error applies to them all.
+				return err
+			}
+			for _, i := range failed {
+				errs[i] = err
+			}
+			// The later batches are not sent: after an unknown outcome,
+			// they would land before the batch is sent again, ahead of
+			// earlier records of their keys. Never sent, they can be
+			// sent again as they are; after a refusal for good (the
+			// stream is gone), the same refusal applies to them.
+			notSent := err
+			if errors.Is(err, driver.ErrOutcomeUnknown) {
+				notSent = fmt.Errorf("kinesisbus: publish %q: not sent, as the outcome of an earlier batch of the publish is unknown: %w", stream, driver.ErrRetryable)
+			}
+			for _, i := range index[n:] {
+				errs[i] = notSent
+			}
+			break
 		}
 		entries, index = entries[n:], index[n:]
 	}
@@ -84,11 +110,15 @@ func (c *conn) Publish(ctx context.Context, stream string, msgs []*driver.Messag
 	return nil
 }
 
-// put sends one batch, sending again what Kinesis refused until it lands
-// or ctx ends; per-record failures go to errs (by message index). An
-// error that fails the whole batch for good (the stream is gone, no
-// permission) is returned.
-func (c *conn) put(ctx context.Context, stream string, entries []types.PutRecordsRequestEntry, index []int, errs []error) error {
+// put sends one batch, sending again what Kinesis refused (records it
+// failed for throughput or inside, a call throttled or that found no
+// connection: none of them stored) until it lands or ctx ends;
+// per-record failures go to errs (by message index). It returns an error
+// that fails the messages of failed (those of the batch that had not
+// landed) when a call's outcome is unknown (marked ErrOutcomeUnknown:
+// the records may be stored) or Kinesis refused it for good (the stream
+// is gone, no permission).
+func (c *conn) put(ctx context.Context, stream string, entries []types.PutRecordsRequestEntry, index []int, errs []error) ([]int, error) {
 	var last error
 	for attempt := 1; ; attempt++ {
 		out, err := c.kin.PutRecords(ctx, &kinesis.PutRecordsInput{StreamName: aws.String(stream), Records: entries})
@@ -109,43 +139,38 @@ func (c *conn) put(ctx context.Context, stream string, entries []types.PutRecord
 				retryIndex = append(retryIndex, index[i])
 			}
 			if len(retryEntries) == 0 {
-				return nil
+				return nil, nil
 			}
 			entries, index = retryEntries, retryIndex
 		case errorCode(err) == codeNotFound:
 			c.forget(stream)
-			return fmt.Errorf("kinesisbus: publish %q: %w", stream, c.classify(err))
+			return index, fmt.Errorf("kinesisbus: publish %q: %w", stream, c.classify(err))
 		case errors.Is(c.classify(err), driver.ErrRetryable):
+			// Throttled, or no connection: Kinesis did not act.
 			last = fmt.Errorf("kinesisbus: publish %q: %w", stream, c.classify(err))
-		case ctx.Err() == nil && isTransport(err):
-			// The request may have reached Kinesis, which keeps no IDs:
-			// sent again, its records may be in the stream twice.
-			last = fmt.Errorf("kinesisbus: publish %q: %w", stream, c.classify(err))
-			c.logger.Warn("publishing records again after an error that may have come after Kinesis stored them; they may be in the stream twice",
-				"stream", stream, "records", len(entries), "err", last)
+		case outcomeUnknown(err):
+			// Kinesis keeps no IDs: sent again here, records it stored
+			// would be in the stream twice, unseen. omnibus's Publish
+			// sends them again, logged and seen by its hooks.
+			return index, fmt.Errorf("kinesisbus: publish %q: %d records may or may not be stored: %w", stream, len(entries), c.unknown(err))
 		default:
-			return fmt.Errorf("kinesisbus: publish %q: %w", stream, c.classify(err))
+			return index, fmt.Errorf("kinesisbus: publish %q: %w", stream, c.classify(err))
 		}
 		select {
 		case <-ctx.Done():
 			for _, i := range index {
 				errs[i] = fmt.Errorf("%w (gave up when the publish's context ended: %w)", last, ctx.Err())
 			}
-			return nil
+			return nil, nil
 		case <-time.After(driver.Backoff(attempt, retryFirst, retryMost)):
 		}
 	}
 }
 
 // retryableCode reports whether a record that failed with code may be
-// sent again: Kinesis refused it for throughput, or failed inside.
+// sent again: Kinesis refused it for throughput, or failed inside. A
+// record PutRecords answers with an error code was not added to the
+// stream.
 func retryableCode(code string) bool {
-	return code == codeThroughput || code == codeInternal || code == "InternalFailure" || code == "KMSThrottlingException"
-}
-
-// isTransport reports whether err is no answer from Kinesis (a reset
-// connection, a timeout): the records may or may not have landed, and
-// sending them again may duplicate them, which at-least-once allows.
-func isTransport(err error) bool {
-	return errorCode(err) == ""
+	return code == codeThroughput || code == codeInternal || code == "KMSThrottlingException"
 }

@@ -20,7 +20,11 @@
 // duplicates are allowed only where the test injects a fault (a server
 // restart, a deleted group, a handler slower than the ack deadline);
 // elsewhere, graceful hand-overs included, a message handled twice fails
-// the test. On ordered transports, key order means: no message of a key
+// the test. One exception, declared by the harness
+// (Harness.ResendsStoredTwice): on a transport that keeps no message IDs,
+// a message the publisher published again after an unknown outcome may
+// be stored and handled twice; the suite allows exactly those copies, of
+// the messages its hook (RecordResends) saw published again. On ordered transports, key order means: no message of a key
 // is handled after a newer message of that key was settled (its handler
 // returned nil), redeliveries included; the same message again right
 // after it was settled is a duplicate, not a break of order.

@@ -36,6 +36,20 @@ type Harness struct {
 	// docs/RELIABILITY.md.
 	Gaps map[string]string
 
+	// ResendsStoredTwice declares that the transport cannot drop a message
+	// Client.Publish publishes again after an unknown outcome (an error
+	// marked ErrOutcomeUnknown: no answer came, or the server failed on
+	// its side, maybe after storing it): it keeps no message IDs, so the
+	// copy is stored beside the first try when that had landed (Kinesis).
+	// The tests then allow those messages, and only those, to be handled
+	// once more per time they were published again, the copy also after
+	// newer messages of its key (it lands behind what was published
+	// since). The suite knows them from the hook [RecordResends] returns,
+	// which Open must then install on every client (omnibus.WithHooks);
+	// without it, no copy is allowed. Every other duplicate still fails
+	// a test that allows none.
+	ResendsStoredTwice bool
+
 	// Lanes is the number of lanes the suite asks for when it creates a
 	// topic (Client.CreateTopic). Default: 4. Transports whose lane count
 	// is fixed by the URL set it to that count.

@@ -30,6 +30,9 @@ func Run(t *testing.T, h Harness) {
 		h.Lanes = 4
 	}
 	s := &suite{h: h}
+	if h.ResendsStoredTwice {
+		storesTwice.Store(t.Name(), true)
+	}
 	tests := []struct {
 		name string
 		fn   func(*testing.T)
