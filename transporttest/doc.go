@@ -24,10 +24,12 @@
 // (Harness.ResendsStoredTwice): on a transport that keeps no message IDs,
 // a message the publisher published again after an unknown outcome may
 // be stored and handled twice; the suite allows exactly those copies, of
-// the messages its hook (RecordResends) saw published again. On ordered transports, key order means: no message of a key
-// is handled after a newer message of that key was settled (its handler
-// returned nil), redeliveries included; the same message again right
-// after it was settled is a duplicate, not a break of order.
+// the messages its hook (RecordResends) saw published again.
+//
+// On ordered transports, key order means: no message of a key is handled
+// after a newer message of that key was settled (its handler returned
+// nil), redeliveries included; the same message again right after it was
+// settled is a duplicate, not a break of order.
 //
 // Hostile tests drive what users get wrong and servers do behind a
 // consumer's back: handlers slower than the ack deadline, a group's
