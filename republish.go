@@ -38,7 +38,11 @@ type PublishRetry struct {
 }
 
 // PublishRetryHook sees each publish tried again: once per try, with the
-// messages tried again.
+// messages tried again. That is Client.Publish's (and a Publisher's),
+// and a consumer's dead letter whose publish failed with such an error:
+// the engine tries it again after its backoff (where the transport keeps
+// no message IDs, a dead letter whose outcome was unknown may then be in
+// the dead-letter topic twice).
 type PublishRetryHook interface {
 	OnPublishRetry(PublishRetry)
 }
@@ -154,13 +158,19 @@ func (c *Client) waitRepublish(ctx context.Context, topic string, delay time.Dur
 // noteRepublish tells the hooks and the log that r's messages are
 // published again: a warning for a call's first retry, debug after.
 func (c *Client) noteRepublish(r PublishRetry) {
-	for _, h := range c.hooks.publishRetry {
-		h.OnPublishRetry(r)
-	}
+	c.retryHooks(r)
 	const msg = "publish failed; publishing again with the same IDs"
 	if r.Attempt == 1 {
 		c.logger.Warn(msg, "topic", r.Topic, "messages", len(r.IDs), "delay", r.Delay, "err", r.Err)
 	} else {
 		c.logger.Debug(msg, "topic", r.Topic, "messages", len(r.IDs), "attempt", r.Attempt, "delay", r.Delay, "err", r.Err)
+	}
+}
+
+// retryHooks tells the PublishRetryHooks that r's messages are published
+// again.
+func (c *Client) retryHooks(r PublishRetry) {
+	for _, h := range c.hooks.publishRetry {
+		h.OnPublishRetry(r)
 	}
 }

@@ -241,3 +241,54 @@ func TestPublishDuplicatesAfterUnknownOutcome(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestDeadLetterRetrySeen: a dead letter whose publish failed with an
+// unknown outcome (stored all the same) is published again by the
+// engine, and PublishRetryHook sees that try, as it sees
+// Client.Publish's: a transport that keeps no IDs stores it twice, and
+// only the hook can tell a user (or the conformance suite) why.
+func TestDeadLetterRetrySeen(t *testing.T) {
+	// Try 1 publishes the message; try 2, its dead letter, loses its
+	// confirm; try 3, the dead letter again, lands.
+	c, fc, rc, _ := flakyClient(t, func(try, i int) error {
+		if try == 2 {
+			return fmt.Errorf("confirm lost: %w", driver.ErrOutcomeUnknown)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := &omnibus.Message{Body: []byte("0")}
+	if err := c.Publish(ctx, "t", m); err != nil {
+		t.Fatal(err)
+	}
+	dead := make(chan omnibus.Event, 4)
+	k, err := c.Subscribe(ctx, "t", func(context.Context, *omnibus.Message) error { return errors.New("no") },
+		omnibus.StartFrom(omnibus.StartEarliest), omnibus.MaxAttempts(1), omnibus.DeadLetterTopic("t-dlq"),
+		omnibus.Backoff(time.Millisecond, 5*time.Millisecond), omnibus.Observe(func(e omnibus.Event) {
+			if e.Kind == omnibus.EventDeadLettered {
+				dead <- e
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = k.Run(ctx) }()
+	select {
+	case <-dead:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not dead-lettered; publishes %v", fc.calls())
+	}
+	if calls := fc.calls(); len(calls) != 3 {
+		t.Fatalf("publishes %v, want the message and its dead letter twice", calls)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.retries) != 1 {
+		t.Fatalf("hook saw %d retries, want 1: %+v", len(rc.retries), rc.retries)
+	}
+	r := rc.retries[0]
+	if r.Topic != "t-dlq" || !slices.Equal(r.IDs, []string{m.ID}) || r.Attempt != 1 || !errors.Is(r.Err, omnibus.ErrOutcomeUnknown) {
+		t.Fatalf("hook saw %+v, want the dead letter %q to t-dlq after try 1, outcome unknown", r, m.ID)
+	}
+}

@@ -236,6 +236,9 @@ func (m *member) deadLetter(ctx context.Context, e *entry) error {
 	m.k.logger.Error("dead letter not published; it holds its key and is tried again",
 		"dlq", cfg.deadLetter, "id", e.msg.ID, "lane", e.d.Lane, "tries", e.deadTries, "refused", refused, "err", err)
 	m.emit(Event{Kind: EventDeadLetterFailed, Lane: e.d.Lane, Message: &e.msg, Err: err})
+	if republishable(err) {
+		m.k.client.retryHooks(PublishRetry{Topic: cfg.deadLetter, IDs: []string{dm.ID}, Attempt: e.deadTries, Err: err, Delay: cfg.backoff(e.deadTries)})
+	}
 	return err
 }
 
