@@ -68,3 +68,13 @@ func storesResendsTwice(t testing.TB) bool {
 	})
 	return twice
 }
+
+// copiesAllowed is how many deliveries of message id after its first t
+// allows as copies of its publishes again (none unless t's harness
+// declared ResendsStoredTwice).
+func copiesAllowed(t testing.TB, id string) int {
+	if !storesResendsTwice(t) {
+		return 0
+	}
+	return resends(id)
+}
