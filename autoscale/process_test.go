@@ -70,7 +70,12 @@ func TestChildProcess(t *testing.T) {
 	}
 	defer c.Close()
 	k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
-		time.Sleep(8 * time.Millisecond)
+		// 40 ms a message: the 12 lanes drain at most 300 a second, so
+		// the lag stays above 200,000 (the need of 6 members) for more
+		// than 2 minutes however slowly the group settles. At 8 ms, a
+		// loaded CI machine drained half the backlog before the group
+		// settled, and the need fell to 3.
+		time.Sleep(40 * time.Millisecond)
 		return nil
 	}, omnibus.Group("shared"), omnibus.StartFrom(omnibus.StartEarliest), omnibus.MaxInFlight(procPartitions), omnibus.Order(omnibus.OrderLane))
 	if err != nil {
