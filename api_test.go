@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/internal/testenv"
 	"github.com/omnibus-go/omnibus/membus"
 )
 
@@ -257,7 +257,7 @@ func quiet() omnibus.Option {
 // A client made from a driver connection is named after its transport, in
 // its String and in its log lines.
 func TestNewNamesTransport(t *testing.T) {
-	buf := &lockedBuffer{}
+	buf := &testenv.Buffer{}
 	c, err := omnibus.New(membus.New(membus.Config{}).Conn(), omnibus.WithLogger(slog.New(slog.NewTextHandler(buf, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -283,24 +283,6 @@ func TestNewNamesTransport(t *testing.T) {
 	if !strings.Contains(log, "transport=membus") || strings.Contains(log, "msg=\"omnibus:") {
 		t.Errorf("log line %q: want transport=membus and a message without an omnibus: prefix", strings.SplitN(log, "\n", 2)[0])
 	}
-}
-
-// lockedBuffer is a strings.Builder safe for a logger and a test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // driverFunc is a driver.Driver made of a function.

@@ -1,7 +1,6 @@
 package omnibus_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,25 +55,6 @@ func helloCommand(t *testing.T) []string {
 // orderLine is what the first example logs for its order.
 var orderLine = regexp.MustCompile(`^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d order (\S+) for customer-7: \{"total":42\}$`)
 
-// syncBuffer is a bytes.Buffer safe for a process's writes and the
-// test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // goEnv is the environment of a user whose home is home: the build
 // caches stay where they are (they hold no user data), everything else
 // of the user's is fresh.
@@ -107,7 +86,7 @@ func runHello(t *testing.T, env []string, only bool, args ...string) string {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package kafkabus_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -13,26 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/testenv"
 	"github.com/omnibus-go/omnibus/transporttest"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
 
 // TestReclaimNotCounted: a member handling the first record of each of
 // two partitions loses one of them (a second member joins: the
@@ -43,7 +25,7 @@ func (w *syncBuffer) String() string {
 func TestReclaimNotCounted(t *testing.T) {
 	const topic, group = "reclaim", "reclaim"
 	cluster := newCluster(t, kfake.SeedTopics(2, topic))
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := omnibus.Open(ctx, clusterURL(cluster, ""), omnibus.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))

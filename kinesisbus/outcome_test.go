@@ -1,8 +1,6 @@
 package kinesisbus_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/internal/testenv"
 )
 
 // How spoiler spoils the answer to a PutRecords call it forwarded to
@@ -269,31 +268,6 @@ func (r *resends) OnPublishRetry(p omnibus.PublishRetry) {
 	r.err = append(r.err, p.Err)
 }
 
-// lockedBuffer is a log destination for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines(substr string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), substr) {
-			out = append(out, sc.Text())
-		}
-	}
-	return out
-}
-
 // TestPublishResentVisibly: through omnibus, a publish whose outcome is
 // unknown is sent again by Client.Publish, which logs it and tells the
 // PublishRetryHook the IDs: every record that ends up in the stream twice
@@ -306,7 +280,7 @@ func TestPublishResentVisibly(t *testing.T) {
 			t.Parallel()
 			sp := &spoiler{spoil: map[int]string{1: how}}
 			rs := &resends{ids: map[string]int{}}
-			var logs lockedBuffer
+			var logs testenv.Buffer
 			c, err := omnibus.Open(ctxT(t), kinesisURL(sp.serve(t), dynamoAddr, ""),
 				omnibus.WithHooks(rs), omnibus.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 			if err != nil {
@@ -342,14 +316,14 @@ func TestPublishResentVisibly(t *testing.T) {
 				t.Errorf("%d messages stored twice, resends reported %v; want all %d, sent again once after an unknown outcome",
 					twice, rs.err, len(ms))
 			}
-			if got := logs.lines("publishing again with the same IDs"); len(got) != 1 {
+			if got := logs.Lines("publishing again with the same IDs"); len(got) != 1 {
 				t.Errorf("%d warnings of a publish sent again, want 1: %q", len(got), got)
 			}
 			if n := sp.calls(); n != 2 {
 				t.Errorf("%d PutRecords calls, want 2", n)
 			}
 			if t.Failed() {
-				t.Logf("the client's log:\n%s", strings.Join(logs.lines(""), "\n"))
+				t.Logf("the client's log:\n%s", strings.Join(logs.Lines(""), "\n"))
 			}
 		})
 	}

@@ -16,11 +16,12 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/testenv"
 )
 
 // running is a command running in-process in the background.
 type running struct {
-	stdout, stderr syncBuffer
+	stdout, stderr testenv.Buffer
 	cancel         context.CancelFunc // Ctrl-C
 	done           chan int           // its exit code
 }
@@ -61,7 +62,7 @@ func (r *running) stop(t testing.TB) int {
 var metricsURL = regexp.MustCompile(`http://[^ \n]+/metrics`)
 
 // metricsAt waits until the command names its metrics URL on out.
-func (r *running) metricsAt(t testing.TB, out *syncBuffer) string {
+func (r *running) metricsAt(t testing.TB, out *testenv.Buffer) string {
 	t.Helper()
 	var u string
 	eventually(t, 30*time.Second, func() error {

@@ -1,14 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/omnibus-go/omnibus/internal/testenv"
 )
 
 // A user of the tests' child processes: a fresh home directory, nothing
@@ -23,29 +23,10 @@ func freshUser(t testing.TB) []string {
 type proc struct {
 	t      testing.TB
 	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout testenv.Buffer
+	stderr testenv.Buffer
 	done   chan struct{}
 	err    error
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's writes and the
-// test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs omnibus args in env with stdin; the process is killed at

@@ -34,3 +34,22 @@ func TestSkipOrFail(t *testing.T) {
 		t.Errorf("in CI: failed %q, skipped %q; want a failure", r.failed, r.skipped)
 	}
 }
+
+func TestBuffer(t *testing.T) {
+	var b Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 100 {
+			_, _ = b.Write([]byte("a line\n"))
+		}
+	}()
+	_, _ = b.Write([]byte("the other\n"))
+	<-done
+	if got := len(b.Lines("line")); got != 100 {
+		t.Fatalf("%d lines with %q, want 100", got, "line")
+	}
+	if got := b.Lines("other"); len(got) != 1 || got[0] != "the other" {
+		t.Fatalf("Lines(other) = %q", got)
+	}
+}
