@@ -28,6 +28,12 @@ func (c *conn) nsqConfig() *nsq.Config {
 	// Retries are REQ without backoff: one failing message must not slow
 	// the member's other messages down.
 	cfg.MaxBackoffDuration = 0
+	if c.cfg.outSize != 0 {
+		cfg.OutputBufferSize = int64(c.cfg.outSize)
+	}
+	if c.cfg.outTimeout != 0 {
+		cfg.OutputBufferTimeout = c.cfg.outTimeout
+	}
 	return cfg
 }
 

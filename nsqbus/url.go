@@ -27,7 +27,8 @@ const (
 	DefaultLookupPort = 4161
 )
 
-var params = []string{"lookup", "http_port", "msg_timeout", "max_message_bytes", "poll_interval", "dial_timeout", "envelope"}
+var params = []string{"lookup", "http_port", "msg_timeout", "max_message_bytes", "poll_interval", "dial_timeout", "envelope",
+	"output_buffer_size", "output_buffer_timeout"}
 
 // config is a parsed URL.
 type config struct {
@@ -41,6 +42,12 @@ type config struct {
 	poll     time.Duration
 	dialTO   time.Duration
 	binary   bool // envelope=binary: publish in the binary envelope (binary.go)
+	// What nsqd buffers before it writes to a consumer (IDENTIFY
+	// output_buffer_size and output_buffer_timeout); 0 leaves go-nsq's
+	// (16384 bytes, 250ms). Without either in the URL, outSize is -1:
+	// no buffer.
+	outSize    int
+	outTimeout time.Duration
 }
 
 func parseConfig(u *url.URL) (*config, error) {
@@ -82,6 +89,26 @@ func parseConfig(u *url.URL) (*config, error) {
 	}
 	if cfg.lookup && cfg.httpPort != 0 {
 		return nil, fmt.Errorf("nsqbus: URL %q: http_port is for nsqd addresses; nsqlookupd tells each nsqd's HTTP port: %w", cfg.redacted, driver.ErrInvalid)
+	}
+	if v := q.Get("output_buffer_size"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || (n != -1 && n < 64) {
+			return nil, bad("output_buffer_size", v, "-1 (no buffer) or at least 64 (bytes; nsqd's bounds)")
+		}
+		cfg.outSize = n
+	}
+	if v := q.Get("output_buffer_timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Millisecond {
+			return nil, bad("output_buffer_timeout", v, "a duration of at least 1ms (nsqd's --min-output-buffer-timeout, 25ms by default, bounds it)")
+		}
+		if cfg.outSize == -1 {
+			return nil, bad("output_buffer_timeout", v, "nothing with output_buffer_size=-1 (no buffer to flush)")
+		}
+		cfg.outTimeout = d
+	}
+	if cfg.outSize == 0 && cfg.outTimeout == 0 {
+		cfg.outSize = -1 // nsqd writes each message to a consumer at once
 	}
 	for name, dst := range map[string]*time.Duration{"msg_timeout": &cfg.msgTO, "poll_interval": &cfg.poll, "dial_timeout": &cfg.dialTO} {
 		if v := q.Get(name); v != "" {

@@ -37,8 +37,36 @@ func TestParseConfig(t *testing.T) {
 			t.Errorf("parseConfig(%q) = %+v, want %+v", raw, *got, want)
 		}
 	}
-	if _, err := parseConfig(&url.URL{Scheme: "nsq", Host: "a", RawQuery: "envelope=xml"}); err == nil {
-		t.Errorf("envelope=xml accepted")
+	for _, bad := range []string{"envelope=xml", "output_buffer_size=63", "output_buffer_size=-2", "output_buffer_timeout=0s",
+		"output_buffer_size=-1&output_buffer_timeout=50ms"} {
+		if _, err := parseConfig(&url.URL{Scheme: "nsq", Host: "a", RawQuery: bad}); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	for query, want := range map[string][2]int64{
+		"":                           {-1, 0},
+		"output_buffer_size=-1":      {-1, 0},
+		"output_buffer_size=16384":   {16384, 0},
+		"output_buffer_timeout=50ms": {0, int64(50 * time.Millisecond)},
+		"output_buffer_size=64&output_buffer_timeout=1s": {64, int64(time.Second)},
+	} {
+		got, err := parseConfig(&url.URL{Scheme: "nsq", Host: "a", RawQuery: query})
+		if err != nil || got.outSize != int(want[0]) || int64(got.outTimeout) != want[1] {
+			t.Errorf("%q: output buffer %d, %v (%v), want %d, %v", query, got.outSize, got.outTimeout, err, want[0], time.Duration(want[1]))
+			continue
+		}
+		// What go-nsq sends in IDENTIFY: go-nsq's own for what is not set.
+		nc := (&conn{cfg: got}).nsqConfig()
+		size, timeout := want[0], want[1]
+		if size == 0 {
+			size = 16384
+		}
+		if timeout == 0 {
+			timeout = int64(250 * time.Millisecond)
+		}
+		if nc.OutputBufferSize != size || int64(nc.OutputBufferTimeout) != timeout {
+			t.Errorf("%q: go-nsq's output buffer %d, %v, want %d, %v", query, nc.OutputBufferSize, nc.OutputBufferTimeout, size, time.Duration(timeout))
+		}
 	}
 	cfg := &config{}
 	if got := cfg.httpAddr("h:4150"); got != "h:4151" {
