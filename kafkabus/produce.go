@@ -208,18 +208,19 @@ var laneNames = func() []string {
 // delivery turns a fetched record into a delivery.
 func delivery(r *kgo.Record) *driver.Delivery {
 	// The delivery and its position come in one allocation, and the
-	// header values and the key share one string: what every consumed
-	// record costs.
+	// header values, the key and the offset share one string: what every
+	// consumed record costs.
 	x := &struct {
 		d driver.Delivery
 		p position
 	}{p: position{partition: r.Partition, offset: r.Offset, epoch: r.LeaderEpoch}}
 	d := &x.d
 	d.Lane = laneName(r.Partition)
-	d.Position = strconv.FormatInt(r.Offset, 10)
 	d.Token = &x.p
 	d.Body = r.Value
-	n := len(r.Key)
+	var digits [20]byte
+	offset := strconv.AppendInt(digits[:0], r.Offset, 10)
+	n := len(r.Key) + len(offset)
 	for _, h := range r.Headers {
 		n += len(h.Value)
 	}
@@ -229,6 +230,7 @@ func delivery(r *kgo.Record) *driver.Delivery {
 		sb.Write(h.Value)
 	}
 	sb.Write(r.Key)
+	sb.Write(offset)
 	all, at := sb.String(), 0
 	for _, h := range r.Headers {
 		driver.KafkaBinding.Decode(&d.Message, h.Key, all[at:at+len(h.Value)])
@@ -237,8 +239,9 @@ func delivery(r *kgo.Record) *driver.Delivery {
 	if driver.Structured(d.ContentType) {
 		_ = driver.DecodeStructured(&d.Message) // one that is no CloudEvent stays as it came
 	}
+	d.Position = all[len(all)-len(offset):]
 	if len(r.Key) > 0 {
-		d.Key = all[at:] // the record key wins over ce_partitionkey
+		d.Key = all[at : at+len(r.Key)] // the record key wins over ce_partitionkey
 	}
 	if d.ID == "" {
 		// A record from a client that sets no ce_id: its place in the log
