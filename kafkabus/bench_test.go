@@ -480,34 +480,13 @@ func BenchmarkLatency(b *testing.B) {
 	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 		c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
 		topic := benchTopic(b, cluster, c)
-		p, err := c.Publisher()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer p.Close(context.Background())
-		r := benchkit.NewRecorder()
-		k, err := c.Subscribe(context.Background(), topic, func(_ context.Context, m *omnibus.Message) error {
-			r.Received(m.Body)
-			return nil
-		}, omnibus.StartFrom(omnibus.StartEarliest), omnibus.Group("bench-"+topic))
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		ran := make(chan error, 1)
-		go func() { ran <- k.Run(ctx) }()
-		defer func() {
-			cancel()
-			if err := <-ran; err != nil {
-				b.Errorf("Run: %v", err)
-			}
-		}()
+		p := benchkit.Publisher(b, c)
 		seq := 0
-		benchkit.MeasureLatency(b, r, func(body []byte) error {
+		benchkit.Latency(b, c, topic, func(body []byte) error {
 			seq++
 			_, err := p.Publish(context.Background(), topic, &omnibus.Message{Key: "key-" + strconv.Itoa(seq%64), Type: "bench.event", Body: body})
 			return err
-		})
+		}, omnibus.StartFrom(omnibus.StartEarliest), omnibus.Group("bench-"+topic))
 	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		c := open(b, "kafka://"+cluster.ListenAddrs()[0])
 		topic := benchTopic(b, cluster, c)

@@ -199,26 +199,9 @@ func BenchmarkLatency(b *testing.B) {
 	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
 		c := open(b, testURL("poll_interval="+latencyPoll.String()))
 		stream := benchStream(b, c)
-		r := benchkit.NewRecorder()
-		k, err := c.Subscribe(context.Background(), stream, func(_ context.Context, m *omnibus.Message) error {
-			r.Received(m.Body)
-			return nil
-		}, omnibus.Group("bench"), omnibus.StartFrom(omnibus.StartEarliest))
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		ran := make(chan error, 1)
-		go func() { ran <- k.Run(ctx) }()
-		defer func() {
-			cancel()
-			if err := <-ran; err != nil {
-				b.Errorf("Run: %v", err)
-			}
-		}()
-		benchkit.MeasureLatency(b, r, func(body []byte) error {
+		benchkit.Latency(b, c, stream, func(body []byte) error {
 			return c.Publish(context.Background(), stream, &omnibus.Message{Body: body})
-		})
+		}, omnibus.Group("bench"), omnibus.StartFrom(omnibus.StartEarliest))
 	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		stream := benchStream(b, open(b, testURL("")))
 		kin, _ := rawClients()

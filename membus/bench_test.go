@@ -2,15 +2,13 @@ package membus_test
 
 import (
 	"context"
-	"encoding/binary"
-	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/benchkit"
 	"github.com/omnibus-go/omnibus/membus"
 )
 
@@ -91,82 +89,12 @@ func BenchmarkConsume(b *testing.B) {
 func BenchmarkLatency(b *testing.B) {
 	b.Run("omnibus/100B", func(b *testing.B) {
 		c := newClient(b)
-		p, err := c.Publisher()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer p.Close(context.Background())
-		var mu sync.Mutex
-		var lat []time.Duration
-		warm := make(chan struct{})
-		var warmOnce sync.Once
-		k, err := c.Subscribe(context.Background(), "latency", func(_ context.Context, m *omnibus.Message) error {
-			d := time.Duration(time.Now().UnixNano() - int64(binary.BigEndian.Uint64(m.Body)))
-			if m.Body[8] == 1 {
-				warmOnce.Do(func() { close(warm) })
-				return nil
-			}
-			mu.Lock()
-			lat = append(lat, d)
-			mu.Unlock()
-			return nil
-		}, omnibus.StartFrom(omnibus.StartEarliest))
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go func() { _ = k.Run(ctx) }()
+		p := benchkit.Publisher(b, c)
 		seq := 0
-		send := func(warm bool) {
-			body := make([]byte, 100)
-			binary.BigEndian.PutUint64(body, uint64(time.Now().UnixNano()))
-			if warm {
-				body[8] = 1
-			}
+		benchkit.Latency(b, c, "latency", func(body []byte) error {
 			seq++
-			if _, err := p.Publish(context.Background(), "latency", &omnibus.Message{Key: "key-" + strconv.Itoa(seq%64), Body: body}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for ready := false; !ready; {
-			send(true)
-			select {
-			case <-warm:
-				ready = true
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-		sent := 0
-		var start time.Time
-		for b.Loop() {
-			if sent == 0 {
-				start = time.Now()
-			}
-			if d := time.Until(start.Add(time.Duration(sent) * time.Millisecond)); d > 0 {
-				time.Sleep(d)
-			}
-			send(false)
-			sent++
-		}
-		count := func() int {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(lat)
-		}
-		for deadline := time.Now().Add(time.Minute); count() < sent; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				b.Fatalf("%d of %d messages arrived within a minute", count(), sent)
-			}
-		}
-		mu.Lock()
-		l := slices.Clone(lat)
-		mu.Unlock()
-		slices.Sort(l)
-		at := func(q float64) float64 { return float64(l[int(q*float64(len(l)-1))]) / float64(time.Millisecond) }
-		b.ReportMetric(at(0.5), "p50-ms")
-		b.ReportMetric(at(0.99), "p99-ms")
-		b.ReportMetric(at(1), "max-ms")
-		b.ReportMetric(0, "ns/op")
+			_, err := p.Publish(context.Background(), "latency", &omnibus.Message{Key: "key-" + strconv.Itoa(seq%64), Body: body})
+			return err
+		}, omnibus.StartFrom(omnibus.StartEarliest))
 	})
 }

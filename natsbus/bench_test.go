@@ -355,32 +355,11 @@ func BenchmarkLatency(b *testing.B) {
 		c := open(b, u)
 		topic := topicName(b, u)
 		omnibusPublish(b, c, topic, 1, []byte{0}) // creates the stream
-		p, err := c.Publisher()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer p.Close(context.Background())
-		r := benchkit.NewRecorder()
-		k, err := c.Subscribe(context.Background(), topic, func(_ context.Context, m *omnibus.Message) error {
-			r.Received(m.Body)
-			return nil
-		}, omnibus.Group("bench"), omnibus.StartFrom(omnibus.StartEarliest))
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		ran := make(chan error, 1)
-		go func() { ran <- k.Run(ctx) }()
-		defer func() {
-			cancel()
-			if err := <-ran; err != nil {
-				b.Errorf("Run: %v", err)
-			}
-		}()
-		benchkit.MeasureLatency(b, r, func(body []byte) error {
+		p := benchkit.Publisher(b, c)
+		benchkit.Latency(b, c, topic, func(body []byte) error {
 			_, err := p.Publish(context.Background(), topic, &omnibus.Message{Body: body})
 			return err
-		})
+		}, omnibus.Group("bench"), omnibus.StartFrom(omnibus.StartEarliest))
 	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		var failed atomic.Int64
 		js := rawJS(b, u, jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { failed.Add(1) }))

@@ -359,30 +359,11 @@ func BenchmarkLatency(b *testing.B) {
 		ctx := context.Background()
 		c := open(ctx, b, "")
 		topic, _ := benchTopology(b, ":bench") // groupQueue(topic, "bench")
-		p, err := c.Publisher()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer p.Close(ctx)
-		r := benchkit.NewRecorder()
-		k, err := c.Subscribe(ctx, topic, func(_ context.Context, m *omnibus.Message) error {
-			r.Received(m.Body)
-			return nil
-		}, omnibus.Group("bench"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		rctx, cancel := context.WithCancel(ctx)
-		ran := make(chan error, 1)
-		go func() { ran <- k.Run(rctx) }()
-		defer func() {
-			cancel()
-			<-ran
-		}()
-		benchkit.MeasureLatency(b, r, func(body []byte) error {
+		p := benchkit.Publisher(b, c)
+		benchkit.Latency(b, c, topic, func(body []byte) error {
 			_, err := p.Publish(ctx, topic, &omnibus.Message{Type: "bench", Body: body})
 			return err
-		})
+		}, omnibus.Group("bench"))
 	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		topic, ac := benchTopology(b, ":raw")
 		cch, err := ac.Channel()

@@ -4,12 +4,15 @@
 package benchkit
 
 import (
+	"context"
 	"encoding/binary"
 	"os"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/omnibus-go/omnibus"
 )
 
 // Side is one side of a comparison: omnibus, or the raw client.
@@ -126,4 +129,40 @@ func MeasureLatency(b *testing.B, r *Recorder, send func(body []byte) error) {
 	b.ReportMetric(at(0.99), "p99-ms")
 	b.ReportMetric(at(1), "max-ms")
 	b.ReportMetric(0, "ns/op")
+}
+
+// Latency is omnibus's side of a latency benchmark: a consumer of topic
+// on c, subscribed with opts, whose handler records each body, runs
+// while MeasureLatency sends with send; it stops when the measure ends.
+func Latency(b *testing.B, c *omnibus.Client, topic string, send func(body []byte) error, opts ...omnibus.SubscribeOption) {
+	b.Helper()
+	r := NewRecorder()
+	k, err := c.Subscribe(context.Background(), topic, func(_ context.Context, m *omnibus.Message) error {
+		r.Received(m.Body)
+		return nil
+	}, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- k.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			b.Errorf("Run: %v", err)
+		}
+	}()
+	MeasureLatency(b, r, send)
+}
+
+// Publisher opens a Publisher on c, closed when b ends.
+func Publisher(b *testing.B, c *omnibus.Client) *omnibus.Publisher {
+	b.Helper()
+	p, err := c.Publisher()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
 }
