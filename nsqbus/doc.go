@@ -26,30 +26,29 @@
 // each its port: Go's URL parser refuses "a:4150,b" (it reads the port
 // after the last colon), and IPv6 addresses only alone ("[::1]:4150").
 //
-//	parameter          default        meaning
-//	durability         all            none | leader | all, read by package omnibus (below)
-//	lookup             false          true: the hosts are nsqlookupd HTTP addresses
-//	http_port          TCP port + 1   nsqd's HTTP port (direct mode), for channels, limits and lag
-//	msg_timeout        60s            how long nsqd waits for FIN before it delivers again (IDENTIFY msg_timeout)
-//	max_message_bytes  (nsqd's)       the largest message to send, as encoded; at most nsqd's --max-msg-size, read from it
-//	poll_interval      5s             how often consumers ask nsqlookupd for nsqds, and wait to dial a lost nsqd again
-//	dial_timeout       5s             bound on TCP connects and on each HTTP call
-//	envelope           json           json | binary: how messages are published (below); both are read
-//	output_buffer_size     -1         bytes nsqd buffers before it writes to a consumer; -1: none (IDENTIFY output_buffer_size)
-//	output_buffer_timeout  250ms      when buffering, how long nsqd waits to fill the buffer (IDENTIFY output_buffer_timeout)
+//	parameter              default       meaning
+//	durability             all           none | leader | all, read by package omnibus (below)
+//	lookup                 false         true: the hosts are nsqlookupd HTTP addresses
+//	http_port              TCP port + 1  nsqd's HTTP port (direct mode), for channels, limits and lag
+//	msg_timeout            60s           how long nsqd waits for FIN before it delivers again (IDENTIFY msg_timeout)
+//	max_message_bytes      (nsqd's)      the largest message to send, as encoded; at most nsqd's --max-msg-size, read from it
+//	poll_interval          5s            how often consumers ask nsqlookupd for nsqds, and wait to dial a lost nsqd again
+//	dial_timeout           5s            bound on TCP connects and on each HTTP call
+//	envelope               json          json | binary: how messages are published (below); both are read
+//	output_buffer_size     -1            bytes nsqd buffers before it writes to a consumer; -1: none (IDENTIFY output_buffer_size)
+//	output_buffer_timeout  250ms         when buffering, how long nsqd waits to fill the buffer (IDENTIFY output_buffer_timeout)
 //
 // Without a buffer nsqd writes each message to its consumer at once,
 // so a message reaches its handler in a fraction of a millisecond
 // (BenchmarkLatency: p50 0.2 ms). NSQ's own default, a buffer of 16 KiB
-// flushed every 250ms, saves nsqd a write per message under load, but a
-// message on a quiet topic waits for the buffer to fill or the timer to
-// fire: at 1,000 messages a second, 28 ms at the median and 250 ms at
-// worst; a request and its reply wait twice. Without a buffer nsqd
-// writes each message on its own, and under load that costs it: its
-// processor time per message consumed doubled (6 to 11-14 us at 100 B
-// and 1 KiB, BenchmarkConsume). Consumers that care more for nsqd's
-// processor time than for latency set output_buffer_size (16384 is
-// NSQ's default), and output_buffer_timeout if not 250ms (at least
+// flushed every 250ms, keeps a message on a quiet topic until the
+// buffer fills or the timer fires: at 1,000 messages a second, 28 ms at
+// the median and 250 ms at worst, and a request and its reply wait
+// twice. Under load the buffer saves nsqd a write per message: without
+// it, nsqd's processor time per message consumed doubles (6 to 11-14 us
+// at 100 B and 1 KiB, BenchmarkConsume). Consumers that care more for
+// nsqd's processor time than for latency set output_buffer_size (16384
+// is NSQ's default), and output_buffer_timeout if not 250ms (at least
 // nsqd's --min-output-buffer-timeout, 25ms by default).
 //
 // # Topology
