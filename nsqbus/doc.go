@@ -36,7 +36,7 @@
 //	dial_timeout           5s            bound on TCP connects and on each HTTP call
 //	envelope               json          json | binary: how messages are published (below); both are read
 //	output_buffer_size     -1            bytes nsqd buffers before it writes to a consumer; -1: none (IDENTIFY output_buffer_size)
-//	output_buffer_timeout  250ms         when buffering, how long nsqd waits to fill the buffer (IDENTIFY output_buffer_timeout)
+//	output_buffer_timeout  250ms         how long nsqd waits to fill the buffer; given alone, the buffer is 16384 bytes (IDENTIFY output_buffer_timeout)
 //
 // Without a buffer nsqd writes each message to its consumer at once,
 // so a message reaches its handler in a fraction of a millisecond
