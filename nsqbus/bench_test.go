@@ -306,8 +306,10 @@ func createChannel(b *testing.B, n *nsqtest.NSQD, topic, channel string) {
 // BenchmarkLatency publishes 100-byte messages at a paced 1,000 msgs/s
 // (b.Loop's iterations: -benchtime 3s is about 3,000 messages) while a
 // group consumer reads them, and reports the p50, p99 and largest
-// publish→handler latency: an omnibus Publisher and Subscribe, and a
-// go-nsq Producer's Publish per message with a Consumer of
+// publish→handler latency: omnibus's Subscribe fed by a Publisher
+// ("omnibus") or by Client.Publish ("omnibus-sync"), and a
+// go-nsq Producer's Publish per message (which waits for nsqd's answer,
+// as Client.Publish does) with a Consumer of
 // max_in_flight 256 (omnibus's default MaxInFlight) whose handler
 // returns nil. Both consumers ask nsqd for no output buffer, omnibus's
 // default; with go-nsq's (16 KiB, flushed every 250ms) a message at
@@ -322,6 +324,12 @@ func BenchmarkLatency(b *testing.B) {
 		benchkit.Latency(b, c, topic, func(body []byte) error {
 			_, err := p.Publish(context.Background(), topic, &omnibus.Message{Body: body})
 			return err
+		}, omnibus.Group("bench"))
+	}}, benchkit.Side{Name: "omnibus-sync", Run: func(b *testing.B) {
+		c := open(b, n.URL())
+		topic := benchTopic(b, n)
+		benchkit.Latency(b, c, topic, func(body []byte) error {
+			return c.Publish(context.Background(), topic, &omnibus.Message{Body: body})
 		}, omnibus.Group("bench"))
 	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 		topic := benchTopic(b, n)
