@@ -8,7 +8,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -78,16 +77,10 @@ func (c cost) add(o cost) cost { return cost{c.wall + o.wall, c.cpu + o.cpu, c.s
 // part, and adds the processor time this process and n used meanwhile.
 func measure(n *nsqtest.NSQD, fn func() time.Duration) cost {
 	debug.FreeOSMemory()
-	self, server := selfCPU(), n.CPU()
+	self, server := benchkit.CPUTime(), n.CPU()
 	wall := fn()
 	server = n.CPU() - server
-	return cost{wall: wall, cpu: selfCPU() - self + server, server: server}
-}
-
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cost{wall: wall, cpu: benchkit.CPUTime() - self + server, server: server}
 }
 
 func report(b *testing.B, n int, omni, raw cost) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,9 +89,9 @@ type side struct {
 func alternate(n int, omni, raw func(seg, n int) time.Duration) (o, r side, total int) {
 	part := max(1, n/segments)
 	run := func(s *side, fn func(seg, n int) time.Duration, seg int) {
-		before := cpuTime()
+		before := benchkit.CPUTime()
 		s.wall += fn(seg, part)
-		s.cpu += cpuTime() - before
+		s.cpu += benchkit.CPUTime() - before
 	}
 	for seg := range segments {
 		if seg%2 == 0 {
@@ -104,15 +103,6 @@ func alternate(n int, omni, raw func(seg, n int) time.Duration) (o, r side, tota
 		}
 	}
 	return o, r, part * segments
-}
-
-// cpuTime is the CPU time (user and system) the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkPublish publishes b.N messages on each side, alternating.
