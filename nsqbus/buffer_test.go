@@ -4,16 +4,18 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/omnibus-go/omnibus"
 )
 
-// TestOutputBuffer: by default nsqd writes a message to its consumer at
-// once; with output_buffer_timeout it holds a lone message on a quiet
-// topic until its timer fires, which shows the parameter reaches nsqd.
-// The timer starts when the consumer connects (before Subscribe
+// TestOutputBuffer: with output_buffer_timeout nsqd holds a lone message
+// on a quiet topic until its timer fires, which shows the parameter
+// reaches nsqd; the same consumer without it (the default, no buffer,
+// which TestParseConfig shows go-nsq asks for) gets the message well
+// before. The timer starts when the consumer connects (before Subscribe
 // returns), so a message published at once waits about the whole
 // timeout.
 func TestOutputBuffer(t *testing.T) {
@@ -62,5 +64,26 @@ func TestOutputBuffer(t *testing.T) {
 				t.Errorf("Run: %v", err)
 			}
 		})
+	}
+}
+
+// TestOutputBufferRefused: buffer settings the URL takes but nsqd does
+// not (a timeout under its --min-output-buffer-timeout, a size over its
+// --max-output-buffer-size) fail Open with nsqd's reason, naming the
+// setting, rather than a consumer that never connects.
+func TestOutputBufferRefused(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"output_buffer_timeout=1ms", "output_buffer_size=100000000"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := omnibus.Open(ctx, directURL(t, p))
+		cancel()
+		if err == nil {
+			_ = c.Close()
+			t.Errorf("%s: Open succeeded", p)
+			continue
+		}
+		if !strings.Contains(err.Error(), "output buffer") {
+			t.Errorf("%s: Open: %v; want nsqd's reason", p, err)
+		}
 	}
 }

@@ -49,7 +49,8 @@
 // at 100 B and 1 KiB, BenchmarkConsume). Consumers that care more for
 // nsqd's processor time than for latency set output_buffer_size (16384
 // is NSQ's default), and output_buffer_timeout if not 250ms (at least
-// nsqd's --min-output-buffer-timeout, 25ms by default).
+// nsqd's --min-output-buffer-timeout, 25ms by default). Settings nsqd
+// refuses fail Open with its reason.
 //
 // # Topology
 //

@@ -43,29 +43,35 @@ func TestParseConfig(t *testing.T) {
 			t.Errorf("%s accepted", bad)
 		}
 	}
-	for query, want := range map[string][2]int64{
+	type buffer struct {
+		size    int
+		timeout time.Duration
+	}
+	for query, want := range map[string]buffer{
 		"":                           {-1, 0},
 		"output_buffer_size=-1":      {-1, 0},
 		"output_buffer_size=16384":   {16384, 0},
-		"output_buffer_timeout=50ms": {0, int64(50 * time.Millisecond)},
-		"output_buffer_size=64&output_buffer_timeout=1s": {64, int64(time.Second)},
+		"output_buffer_timeout=50ms": {0, 50 * time.Millisecond},
+		"output_buffer_size=64&output_buffer_timeout=1s": {64, time.Second},
 	} {
 		got, err := parseConfig(&url.URL{Scheme: "nsq", Host: "a", RawQuery: query})
-		if err != nil || got.outSize != int(want[0]) || int64(got.outTimeout) != want[1] {
-			t.Errorf("%q: output buffer %d, %v (%v), want %d, %v", query, got.outSize, got.outTimeout, err, want[0], time.Duration(want[1]))
+		if err != nil {
+			t.Errorf("%q: %v", query, err)
 			continue
+		}
+		if (buffer{got.outSize, got.outTimeout}) != want {
+			t.Errorf("%q: output buffer %d, %v, want %d, %v", query, got.outSize, got.outTimeout, want.size, want.timeout)
 		}
 		// What go-nsq sends in IDENTIFY: go-nsq's own for what is not set.
 		nc := (&conn{cfg: got}).nsqConfig()
-		size, timeout := want[0], want[1]
-		if size == 0 {
-			size = 16384
+		if want.size == 0 {
+			want.size = 16384
 		}
-		if timeout == 0 {
-			timeout = int64(250 * time.Millisecond)
+		if want.timeout == 0 {
+			want.timeout = 250 * time.Millisecond
 		}
-		if nc.OutputBufferSize != size || int64(nc.OutputBufferTimeout) != timeout {
-			t.Errorf("%q: go-nsq's output buffer %d, %v, want %d, %v", query, nc.OutputBufferSize, nc.OutputBufferTimeout, size, time.Duration(timeout))
+		if (buffer{int(nc.OutputBufferSize), nc.OutputBufferTimeout}) != want {
+			t.Errorf("%q: go-nsq's output buffer %d, %v, want %d, %v", query, nc.OutputBufferSize, nc.OutputBufferTimeout, want.size, want.timeout)
 		}
 	}
 	cfg := &config{}

@@ -226,8 +226,7 @@ func consumeRaw(b *testing.B, rdb *redis.Client, stream string, n int) time.Dura
 // XADD per message with a consumer looping on a blocking XREADGROUP and
 // acknowledging each read with one XACK. XADD, like Client.Publish,
 // waits for its answer on the caller's goroutine; a Publisher hands
-// each message to a sender goroutine, which on this machine's two
-// virtual cores often runs on the other one, woken for it.
+// each message to a sender goroutine, which waits there.
 func BenchmarkLatency(b *testing.B) {
 	u := serverURL(b)
 	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
