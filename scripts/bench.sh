@@ -9,14 +9,16 @@
 #   -s SCALE   multiplies every message count and latency duration
 #              (default 1; 0.1 for a quick check that everything runs)
 #   -p PKGS    only these packages, comma-separated (default
-#              kafkabus,natsbus,rabbitbus,membus,omnibus; omnibus is the
-#              root package)
+#              kafkabus,natsbus,rabbitbus,redisbus,nsqbus,kinesisbus,
+#              membus,omnibus; omnibus is the root package)
 #   -o DIR     keep the outputs in DIR (default: a new temporary directory)
 #   -t DIR     print the table of DIR's outputs again, running nothing
 #
-# The servers: NATS on 127.0.0.1:4222 (NATS_URL) and RabbitMQ on
-# 127.0.0.1:5672 (RABBITBUS_URL), as for the tests; Kafka is kfake,
-# in-process. Each side removes the streams, exchanges and queues it
+# The servers: NATS on 127.0.0.1:4222 (NATS_URL), RabbitMQ on
+# 127.0.0.1:5672 (RABBITBUS_URL), Redis on 127.0.0.1:6379 and kinesalite
+# on 127.0.0.1:4567, as for the tests (scripts/test.sh starts them); Kafka
+# is kfake, in-process, and nsqd the nsq module's, started by the
+# benchmark. Each side removes the streams, exchanges and queues it
 # creates.
 #
 # Each comparison is a pair of sub-benchmarks, omnibus/<size> and
@@ -27,20 +29,21 @@
 # warmer (or the more loaded) machine. A ratio is the median over the
 # rounds of the round's omnibus/raw; a latency difference the median of
 # the round's omnibus p99 - raw p99. The side columns are the medians of
-# each side's values.
+# each side's values. The redisbus and nsqbus throughput benchmarks
+# alternate their sides within one benchmark (parts of b.N) and report
+# both, as omnibus-msgs/s and raw-msgs/s: the table reads them as the
+# two sides.
 #
-# With the default counts a round took under 1.5 minutes on 2 cores
-# under a load average of 7 (extrapolated from -s 0.25), so 5 rounds
-# fit in 12 minutes, the build included. The larger natsbus and
-# rabbitbus Consume counts (set-up no longer a few percent of a side)
-# add about half a minute a round: natsbus and rabbitbus alone took
-# 257 s for 3 rounds under a load average of 3 to 7. benchstat's
-# summary of every benchmark goes to DIR/benchstat.txt when
+# With the default counts a round takes about 6 minutes on 2 cores with
+# nothing else running: 3.2 for kafkabus, natsbus, rabbitbus, membus and
+# omnibus (956 s for 5 rounds), 2.5 for redisbus, nsqbus and kinesisbus;
+# 5 rounds of everything take about half an hour. benchstat's summary of
+# every benchmark goes to DIR/benchstat.txt when
 # golang.org/x/perf/cmd/benchstat can be run.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-rounds=5 scale=1 pkgs=kafkabus,natsbus,rabbitbus,membus,omnibus out= table=
+rounds=5 scale=1 pkgs=kafkabus,natsbus,rabbitbus,redisbus,nsqbus,kinesisbus,membus,omnibus out= table=
 while getopts r:s:p:o:t:h opt; do
 	case $opt in
 	r) rounds=$OPTARG ;;
@@ -69,16 +72,28 @@ rabbitbus  ^BenchmarkPublishAsync$        10000x
 rabbitbus  ^BenchmarkPublishConcurrent$   2000x
 rabbitbus  ^BenchmarkConsume$             30000x
 rabbitbus  ^BenchmarkLatency$             3s
+redisbus   ^BenchmarkPublish$             100000x
+redisbus   ^BenchmarkConsume$             100000x
+redisbus   ^BenchmarkLatency$             3s
+nsqbus     ^BenchmarkPublish$             200000x
+nsqbus     ^BenchmarkConsume$             100000x
+nsqbus     ^BenchmarkLatency$             3s
+kinesisbus ^BenchmarkLatency$             3s
 membus     ^BenchmarkLatency$             3s
 omnibus    ^BenchmarkNoopHandler$/^mode=key$  200000x
 '
 
 # targets: label, package, benchmark, side, raw side (- for none), size,
-# unit, kind, target. ratio: median omnibus/raw at least target; diff:
-# median omnibus-raw at most target; max: median omnibus at most target.
+# unit, kind, target. ratio: median omnibus/raw at least target; cpuratio:
+# median raw/omnibus of the processor time per message at least target
+# (where client and server share the process, kfake: the rate's target
+# read from the steadier measure); diff: median omnibus-raw at most
+# target; max: median omnibus at most target.
 targets='
 async-publish          kafkabus  PublishAsync       omnibus        raw  100B  msgs/s     ratio  0.9
 async-publish          kafkabus  PublishAsync       omnibus        raw  1KiB  msgs/s     ratio  0.9
+async-publish          kafkabus  PublishAsync       omnibus        raw  100B  cpu-ns/msg cpuratio 0.9
+async-publish          kafkabus  PublishAsync       omnibus        raw  1KiB  cpu-ns/msg cpuratio 0.9
 async-publish          natsbus   PublishAsync       omnibus        raw  100B  msgs/s     ratio  0.9
 async-publish          natsbus   PublishAsync       omnibus        raw  1KiB  msgs/s     ratio  0.9
 async-publish          rabbitbus PublishAsync       omnibus        raw  100B  msgs/s     ratio  0.9
@@ -88,6 +103,8 @@ publish-16-goroutines  natsbus   PublishConcurrent  omnibus        raw  100B  ms
 publish-16-goroutines  rabbitbus PublishConcurrent  omnibus        raw  100B  msgs/s     ratio  0.5
 consume-key-noop       kafkabus  Consume            omnibus        raw  100B  msgs/s     ratio  0.7
 consume-batch-noop     kafkabus  Consume            omnibus-batch  raw  100B  msgs/s     ratio  0.9
+consume-key-noop       kafkabus  Consume            omnibus        raw  100B  cpu-ns/msg cpuratio 0.7
+consume-batch-noop     kafkabus  Consume            omnibus-batch  raw  100B  cpu-ns/msg cpuratio 0.9
 consume-noop           natsbus   Consume            omnibus        raw  100B  msgs/s     ratio  0.95
 consume-noop           natsbus   Consume            omnibus        raw  1KiB  msgs/s     ratio  0.95
 consume-noop           rabbitbus Consume            omnibus        raw  100B  msgs/s     ratio  0.95
@@ -95,7 +112,20 @@ consume-noop           rabbitbus Consume            omnibus        raw  1KiB  ms
 p99-latency-1k/s       kafkabus  Latency            omnibus        raw  100B  p99-ms     diff   1
 p99-latency-1k/s       natsbus   Latency            omnibus        raw  100B  p99-ms     diff   1
 p99-latency-1k/s       rabbitbus Latency            omnibus        raw  100B  p99-ms     diff   1
+p99-latency-1k/s       redisbus  Latency            omnibus        raw  100B  p99-ms     diff   1
+p99-latency-1k/s       nsqbus    Latency            omnibus        raw  100B  p99-ms     diff   1
+p99-latency-1k/s       kinesisbus Latency           omnibus        raw  100B  p99-ms     diff   1
 p99-latency-1k/s       membus    Latency            omnibus        -    100B  p99-ms     max    1
+publish                redisbus  Publish            omnibus        raw  100B  msgs/s     ratio  0.9
+publish                redisbus  Publish            omnibus        raw  1024B msgs/s     ratio  0.9
+consume-noop           redisbus  Consume            omnibus        raw  100B  msgs/s     ratio  0.9
+consume-noop           redisbus  Consume            omnibus        raw  1024B msgs/s     ratio  0.9
+publish-json           nsqbus    Publish            omnibus        raw  100B  msgs/s     ratio  0.9
+publish-json           nsqbus    Publish            omnibus        raw  1024B msgs/s     ratio  0.9
+publish-binary         nsqbus    Publish            omnibus        raw  binary-100B msgs/s ratio 0.9
+publish-binary         nsqbus    Publish            omnibus        raw  binary-1024B msgs/s ratio 0.9
+consume-noop-json      nsqbus    Consume            omnibus        raw  100B  msgs/s     ratio  0.9
+consume-noop-json      nsqbus    Consume            omnibus        raw  1024B msgs/s     ratio  0.9
 engine-allocs-per-msg  omnibus   NoopHandler        mode=key       -    -     allocs/op  max    3
 '
 
@@ -116,7 +146,7 @@ print_table() {
 	}
 	{ v[$1, $2, $3, $4, $5, $6] = $7; if ($2 > maxr) maxr = $2 }
 	END {
-		printf "%-22s %-9s %-5s %-14s %12s %12s %9s %9s  %s\n", "target", "transport", "size", "omnibus side", "omnibus", "raw", "result", "target", ""
+		printf "%-22s %-10s %-12s %-14s %12s %12s %9s %9s  %s\n", "target", "transport", "size", "omnibus side", "omnibus", "raw", "result", "target", ""
 		nt = split(targets, lines, "\n")
 		for (l = 1; l <= nt; l++) {
 			if (split(lines[l], f, " ") < 9) continue
@@ -131,17 +161,18 @@ print_table() {
 				if (!((p, rr, bench, rs, size, unit) in v)) continue
 				rv = v[p, rr, bench, rs, size, unit]
 				if (kind == "ratio" && rv > 0) a[++n] = ov / rv
+				if (kind == "cpuratio" && ov > 0) a[++n] = rv / ov
 				if (kind == "diff") a[++n] = ov - rv
 			}
 			if (n == 0) { res = "-"; verdict = "NO DATA" }
 			else {
 				m = median(a, n)
-				if (kind == "ratio") { res = sprintf("%.2fx", m); ok = m >= target; tg = ">= " target "x" }
+				if (kind == "ratio" || kind == "cpuratio") { res = sprintf("%.2fx", m); ok = m >= target; tg = ">= " target "x" }
 				if (kind == "diff") { res = sprintf("%+.2f", m); ok = m <= target; tg = "<= +" target }
 				if (kind == "max") { res = sprintf("%.2f", m); ok = m <= target; tg = "<= " target }
 				verdict = ok ? "ok" : "MISSED"
 			}
-			printf "%-22s %-9s %-5s %-14s %12s %12s %9s %9s  %s (%d rounds, %s)\n", label, p, size, s, fmtv(o), fmtv(r), res, tg, verdict, n, unit
+			printf "%-22s %-10s %-12s %-14s %12s %12s %9s %9s  %s (%d rounds, %s)\n", label, p, size, s, fmtv(o), fmtv(r), res, tg, verdict, n, unit
 		}
 	}
 	function fmtv(x) { return x == "" ? "-" : (x >= 100 ? sprintf("%.0f", x) : sprintf("%.2f", x)) }
@@ -191,10 +222,19 @@ for round in $(seq 1 "$rounds"); do
 			-test.run '^$' -test.bench "$bench" -test.benchtime "$(scaled "$n")" -test.count 2 -test.timeout 10m) >"$log" 2>&1 ||
 			echo "  $p $bench failed: see $log" >&2
 		# Normalize: package round benchmark side size unit value.
+		# A benchmark named <name>/<size> that reports both sides
+		# (omnibus-<unit> and raw-<unit>) gives one line per side.
 		awk -v p="$p" -v r="$round" '/^Benchmark/ {
 			name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
 			k = split(name, part, "/"); size = k >= 3 ? part[3] : "-"
-			for (i = 3; i < NF; i += 2) print p, r, part[1], part[2], size, $(i+1), $i
+			for (i = 3; i < NF; i += 2) {
+				unit = $(i+1)
+				if (k == 2 && match(unit, /^(omnibus|raw)-/)) {
+					print p, r, part[1], substr(unit, 1, RLENGTH - 1), part[2], substr(unit, RLENGTH + 1), $i
+					continue
+				}
+				print p, r, part[1], part[2], size, unit, $i
+			}
 		}' "$log" >>"$out/results.txt"
 	done
 done
