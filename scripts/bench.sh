@@ -164,12 +164,13 @@ print_table() {
 				if (kind == "cpuratio" && ov > 0) a[++n] = rv / ov
 				if (kind == "diff") a[++n] = ov - rv
 			}
+			tg = kind == "diff" ? "<= +" target : kind == "max" ? "<= " target : ">= " target "x"
 			if (n == 0) { res = "-"; verdict = "NO DATA" }
 			else {
 				m = median(a, n)
-				if (kind == "ratio" || kind == "cpuratio") { res = sprintf("%.2fx", m); ok = m >= target; tg = ">= " target "x" }
-				if (kind == "diff") { res = sprintf("%+.2f", m); ok = m <= target; tg = "<= +" target }
-				if (kind == "max") { res = sprintf("%.2f", m); ok = m <= target; tg = "<= " target }
+				if (kind == "ratio" || kind == "cpuratio") { res = sprintf("%.2fx", m); ok = m >= target }
+				if (kind == "diff") { res = sprintf("%+.2f", m); ok = m <= target }
+				if (kind == "max") { res = sprintf("%.2f", m); ok = m <= target }
 				verdict = ok ? "ok" : "MISSED"
 			}
 			printf "%-22s %-10s %-12s %-14s %12s %12s %9s %9s  %s (%d rounds, %s)\n", label, p, size, s, fmtv(o), fmtv(r), res, tg, verdict, n, unit
