@@ -42,10 +42,11 @@ func (a *app) benchCmd() *cobra.Command {
 reads them, through omnibus, and reports publish and consume rates and the
 p50 / p99 end-to-end latency (publish call to handler; the publish time
 travels in a header). It then publishes --count more messages through a
-Publisher (asynchronous, batches coalesced) and reports that rate too. Where the transport has a raw-client baseline, bench
-runs the same work through the transport's own client in the same run and
-prints the ratio: the same headers, the same publish batches each waiting
-for its acks, the same consumer windows.
+Publisher (asynchronous, batches coalesced) and reports that rate too.
+Where the transport has a raw-client baseline, bench runs the same work
+through the transport's own client in the same run and prints the ratio:
+the same headers, the same publish batches each waiting for its acks, the
+same consumer windows.
 
 The topic is fresh for each run unless --topic names one; bench refuses a
 --topic that exists (its consumer groups would receive bench's messages)
