@@ -235,8 +235,7 @@ func publishAsync(b *testing.B, cluster *kfake.Cluster) {
 			_ = c.Publish(context.Background(), topic, omnibusMessages(1, body, &seq)...) // warm up the producer
 			ms := omnibusMessages(b.N, body, &seq)
 			results := make([]*omnibus.PublishResult, len(ms))
-			b.ResetTimer()
-			cpu := benchkit.CPUTime()
+			stop := timed(b)
 			for i, m := range ms {
 				if results[i], err = p.Publish(context.Background(), topic, m); err != nil {
 					b.Fatal(err)
@@ -245,8 +244,7 @@ func publishAsync(b *testing.B, cluster *kfake.Cluster) {
 			if err := p.Flush(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			b.StopTimer()
-			reportCPU(b, b.N, benchkit.CPUTime()-cpu)
+			stop()
 			for _, r := range results {
 				if err := r.Err(); err != nil {
 					b.Fatal(err)
@@ -260,8 +258,7 @@ func publishAsync(b *testing.B, cluster *kfake.Cluster) {
 			seq := 0
 			_ = cl.ProduceSync(context.Background(), rawRecords(topic, 1, body, &seq)...).FirstErr()
 			var failed atomic.Int64
-			b.ResetTimer()
-			cpu := benchkit.CPUTime()
+			stop := timed(b)
 			// Records are built as they are produced, headers included,
 			// as omnibus's side builds them.
 			for range b.N {
@@ -275,8 +272,7 @@ func publishAsync(b *testing.B, cluster *kfake.Cluster) {
 			if err := cl.Flush(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			b.StopTimer()
-			reportCPU(b, b.N, benchkit.CPUTime()-cpu)
+			stop()
 			if n := failed.Load(); n > 0 {
 				b.Fatalf("%d failed", n)
 			}
@@ -360,30 +356,33 @@ func fill(b *testing.B, cluster *kfake.Cluster, c *omnibus.Client, n int, body [
 	return topic
 }
 
-// runUntil runs k until done is closed, and stops the timer then. It
-// returns the processor time the process used meanwhile.
-func runUntil(b *testing.B, k *omnibus.Consumer, done <-chan struct{}) time.Duration {
+// runUntil runs k until done is closed, timed (see timed).
+func runUntil(b *testing.B, k *omnibus.Consumer, done <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	b.ResetTimer()
-	cpu := benchkit.CPUTime()
+	stop := timed(b)
 	go func() { ran <- k.Run(ctx) }()
 	<-done
-	b.StopTimer()
-	cpu = benchkit.CPUTime() - cpu
+	stop()
 	cancel()
 	if err := <-ran; err != nil {
 		b.Errorf("Run: %v", err)
 	}
-	return cpu
 }
 
-// reportCPU reports the processor time per message: kfake runs in this
-// process, and consuming keeps both of a 2-core machine's cores busy
-// whichever side runs, so each side's rate follows its processor time,
-// which varies less from run to run.
-func reportCPU(b *testing.B, n int, cpu time.Duration) {
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/msg")
+// timed resets b's timer and returns the function that stops it and
+// reports the processor time per b.N message used meanwhile
+// (cpu-ns/msg): kfake runs in this process, and publishing or consuming
+// keeps both of a 2-core machine's cores busy whichever side runs, so
+// each side's rate follows its processor time, which varies less from
+// run to run.
+func timed(b *testing.B) (stop func()) {
+	b.ResetTimer()
+	start := benchkit.CPUTime()
+	return func() {
+		b.StopTimer()
+		b.ReportMetric(float64((benchkit.CPUTime()-start).Nanoseconds())/float64(b.N), "cpu-ns/msg")
+	}
 }
 
 // BenchmarkConsume reads a backlog of b.N records in a group: omnibus
@@ -411,7 +410,7 @@ func BenchmarkConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			reportCPU(b, b.N, runUntil(b, k, done))
+			runUntil(b, k, done)
 			reportRate(b, b.N, rates, "omnibus/"+s.name)
 		}}, benchkit.Side{Name: "omnibus-batch", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
@@ -428,7 +427,7 @@ func BenchmarkConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			reportCPU(b, b.N, runUntil(b, k, done))
+			runUntil(b, k, done)
 			reportRate(b, b.N, rates, "omnibus-batch/"+s.name)
 		}}, benchkit.Side{Name: "driver", Run: func(b *testing.B) {
 			// The kafkabus Subscriber without the engine: Receive, then
@@ -442,8 +441,7 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			defer sub.Close()
 			committer := sub.(driver.Committer)
-			b.ResetTimer()
-			cpu := benchkit.CPUTime()
+			stop := timed(b)
 			for got := 0; got < b.N; {
 				ds, err := sub.Receive(context.Background(), driver.Room{Count: 1024, Bytes: 1 << 30})
 				if err != nil {
@@ -460,16 +458,14 @@ func BenchmarkConsume(b *testing.B) {
 				}
 				go func() { _ = committer.Commit(context.Background(), marks) }()
 			}
-			b.StopTimer()
-			reportCPU(b, b.N, benchkit.CPUTime()-cpu)
+			stop()
 			reportRate(b, b.N, rates, "driver/"+s.name)
 		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
 			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
 			topic := fill(b, cluster, c, b.N, body)
 			// Timed from the client's start, joining the group included,
 			// as omnibus's side is timed from Run.
-			b.ResetTimer()
-			cpu := benchkit.CPUTime()
+			stop := timed(b)
 			cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumerGroup("bench-"+topic),
 				kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
 				kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.FetchMaxWait(100*time.Millisecond))
@@ -483,8 +479,7 @@ func BenchmarkConsume(b *testing.B) {
 				fs.EachRecord(func(*kgo.Record) { got++ })
 				cl.CommitOffsets(context.Background(), cl.UncommittedOffsets(), nil)
 			}
-			b.StopTimer()
-			reportCPU(b, b.N, benchkit.CPUTime()-cpu)
+			stop()
 			reportRate(b, b.N, rates, "raw/"+s.name)
 		}})
 	}

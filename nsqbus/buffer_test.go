@@ -73,7 +73,10 @@ func TestOutputBuffer(t *testing.T) {
 // setting, rather than a consumer that never connects.
 func TestOutputBufferRefused(t *testing.T) {
 	t.Parallel()
-	for _, p := range []string{"output_buffer_timeout=1ms", "output_buffer_size=100000000"} {
+	for p, reason := range map[string]string{
+		"output_buffer_timeout=1ms":    "output buffer timeout",
+		"output_buffer_size=100000000": "output buffer size",
+	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		c, err := omnibus.Open(ctx, directURL(t, p))
 		cancel()
@@ -82,8 +85,8 @@ func TestOutputBufferRefused(t *testing.T) {
 			t.Errorf("%s: Open succeeded", p)
 			continue
 		}
-		if !strings.Contains(err.Error(), "output buffer") {
-			t.Errorf("%s: Open: %v; want nsqd's reason", p, err)
+		if !strings.Contains(err.Error(), reason) {
+			t.Errorf("%s: Open: %v; want nsqd's reason, %q", p, err, reason)
 		}
 	}
 }
