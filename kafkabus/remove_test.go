@@ -1,0 +1,80 @@
+package kafkabus_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/omnibus-go/omnibus/transporttest"
+)
+
+// TestDeleteTopicAndGroup: after a group consumed from a topic, DeleteGroup
+// and DeleteTopic leave the cluster without the topic and the group, as a
+// raw admin client lists them; removing them again is no error. A group
+// with offsets on another topic keeps those, and the group.
+func TestDeleteTopicAndGroup(t *testing.T) {
+	kc := newCluster(t)
+	c := open(t, clusterURL(kc, ""))
+	ctx := ctxT(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	groups := func() string {
+		t.Helper()
+		ls, err := adm.ListGroups(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := ls.Groups()
+		slices.Sort(gs)
+		return strings.Join(gs, ",")
+	}
+	offsetTopics := func(group string) []string {
+		t.Helper()
+		os, err := adm.FetchOffsets(ctx, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return os.Partitions().Topics() // sorted
+	}
+	topicExists := func(topic string) bool {
+		t.Helper()
+		cl.PurgeTopicsFromClient(topic) // kadm's metadata is cached
+		tds, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tds.Has(topic)
+	}
+
+	for _, topic := range []string{"removed", "kept"} {
+		if err := c.CreateTopic(ctx, topic, 3); err != nil {
+			t.Fatal(err)
+		}
+		transporttest.ConsumeSome(t, c, topic, "g", 30)
+	}
+	if got := offsetTopics("g"); strings.Join(got, ",") != "kept,removed" || groups() != "g" || !topicExists("removed") {
+		t.Fatalf("before removal: group g has offsets on %v, groups %q, topic removed exists %v; want kept and removed, g, true",
+			got, groups(), topicExists("removed"))
+	}
+	transporttest.Remove(t, c, "removed", "g")
+	if topicExists("removed") || !topicExists("kept") {
+		t.Errorf("after DeleteTopic: topic removed exists %v, kept exists %v; want false, true", topicExists("removed"), topicExists("kept"))
+	}
+	if got := offsetTopics("g"); strings.Join(got, ",") != "kept" {
+		t.Errorf("group g has offsets on %v, want kept alone", got)
+	}
+	transporttest.Remove(t, c, "kept", "g")
+	if topicExists("kept") {
+		t.Error("topic kept exists after DeleteTopic")
+	}
+	if g := groups(); g != "" {
+		t.Errorf("groups %q left, want none", g)
+	}
+}
