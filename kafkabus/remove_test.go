@@ -63,18 +63,20 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 		t.Fatalf("before removal: group g has offsets on %v, groups %q, topic removed exists %v; want kept and removed, g, true",
 			got, groups(), topicExists("removed"))
 	}
-	transporttest.Remove(t, c, "removed", "g")
+	transporttest.Remove(t, c, "removed", "g", func() {
+		if got := offsetTopics("g"); strings.Join(got, ",") != "kept" || !topicExists("removed") {
+			t.Errorf("after DeleteGroup: group g has offsets on %v, topic removed exists %v; want kept alone, true", got, topicExists("removed"))
+		}
+	})
 	if topicExists("removed") || !topicExists("kept") {
 		t.Errorf("after DeleteTopic: topic removed exists %v, kept exists %v; want false, true", topicExists("removed"), topicExists("kept"))
 	}
-	if got := offsetTopics("g"); strings.Join(got, ",") != "kept" {
-		t.Errorf("group g has offsets on %v, want kept alone", got)
-	}
-	transporttest.Remove(t, c, "kept", "g")
+	transporttest.Remove(t, c, "kept", "g", func() {
+		if g := groups(); g != "" || !topicExists("kept") {
+			t.Errorf("after DeleteGroup: groups %q, topic kept exists %v; want none, true", g, topicExists("kept"))
+		}
+	})
 	if topicExists("kept") {
 		t.Error("topic kept exists after DeleteTopic")
-	}
-	if g := groups(); g != "" {
-		t.Errorf("groups %q left, want none", g)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -124,19 +123,9 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 	}
 	// The layout comes from the stream, whatever this URL's partitions.
 	subs := st.CachedInfo().Config.Subjects
-	consumers := []string{safeName(group)}
-	if !(len(subs) == 1 && subs[0] == topic) {
-		n := 0
-		for n < len(subs) && slices.Contains(subs, partitionSubject(topic, n)) {
-			n++
-		}
-		if n == 0 {
-			return fail(fmt.Errorf("stream %q has subjects %v, not an omnibus topic's: %w", name, subs, driver.ErrInvalid))
-		}
-		consumers = make([]string, n)
-		for p := range n {
-			consumers[p] = partitionConsumer(group, p)
-		}
+	consumers, ok := groupConsumers(topic, group, subs)
+	if !ok {
+		return fail(fmt.Errorf("stream %q has subjects %v, not an omnibus topic's: %w", name, subs, driver.ErrInvalid))
 	}
 	lags := make([]driver.LaneLag, len(consumers))
 	found := 0

@@ -2,9 +2,11 @@ package natsbus
 
 // Topics: a topic's stream, created on first use, checked against the
 // layout the URL expects (partitioned or not), grown by CreateTopic and
-// cached per connection. It runs on the caller's goroutine (Publish,
-// Subscribe, CreateTopic, TopicExists), forget on the fetch loop (a
-// stream gone); conn.mu guards the cache.
+// cached per connection; whether it exists, and deleting it and a
+// group's consumers and buckets. It runs on the caller's goroutine
+// (Publish, Subscribe, CreateTopic, TopicExists, DeleteTopic,
+// DeleteGroup), forget on the fetch loop (a stream gone); conn.mu guards
+// the cache.
 
 import (
 	"context"
@@ -149,6 +151,24 @@ func (c *conn) checkStream(topic string, info *jetstream.StreamInfo) (*streamRef
 	return ref, nil
 }
 
+// groupConsumers returns the durable consumers of group on a stream of
+// topic with subjects, whose layout they say (whatever this URL's
+// partitions): the group's one consumer, or one per partition. ok is
+// false when the subjects are not an omnibus topic's.
+func groupConsumers(topic, group string, subjects []string) (consumers []string, ok bool) {
+	if len(subjects) == 1 && subjects[0] == topic {
+		return []string{safeName(group)}, true
+	}
+	n := 0
+	for n < len(subjects) && slices.Contains(subjects, partitionSubject(topic, n)) {
+		n++
+	}
+	for p := range n {
+		consumers = append(consumers, partitionConsumer(group, p))
+	}
+	return consumers, n > 0
+}
+
 // grow adds partitions to a partitioned topic.
 func (c *conn) grow(ctx context.Context, topic string, ref *streamRef, parts int) error {
 	s, err := c.js.Stream(ctx, ref.name)
@@ -191,4 +211,62 @@ func (c *conn) TopicExists(ctx context.Context, topic string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("natsbus: topic %q: %w", topic, classify(err))
+}
+
+// DeleteTopic deletes topic's stream, with its messages and the durable
+// consumers of its groups; a topic without one is no error. The groups'
+// KV buckets (positions, leases) live apart from the stream:
+// DeleteGroup removes them. The CLI's bench removes the topic it made
+// with it.
+func (c *conn) DeleteTopic(ctx context.Context, topic string) error {
+	if err := c.checkOpen("delete topic", topic); err != nil {
+		return err
+	}
+	if err := checkTopic("delete topic", topic); err != nil {
+		return err
+	}
+	err := c.js.DeleteStream(ctx, streamName(topic))
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("natsbus: delete topic %q: %w", topic, classify(err))
+	}
+	c.forget(topic)
+	return nil
+}
+
+// DeleteGroup deletes what the server keeps of group on topic: its
+// durable consumer (one per partition of a partitioned topic, the
+// stream's layout deciding), its positions bucket and its lease bucket.
+// A group or topic that does not exist is no error. Members still
+// running would create them again. The CLI's bench removes its group
+// with it.
+func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
+	if err := c.checkOpen("delete group", topic); err != nil {
+		return err
+	}
+	if err := checkTopic("delete group", topic); err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("natsbus: delete group %q of topic %q: %w", group, topic, classify(err))
+	}
+	name := streamName(topic)
+	st, err := c.js.Stream(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound): // no consumers
+	case err != nil:
+		return fail(err)
+	default:
+		consumers, _ := groupConsumers(topic, group, st.CachedInfo().Config.Subjects)
+		for _, cn := range consumers {
+			if err := st.DeleteConsumer(ctx, cn); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return fail(fmt.Errorf("consumer %q: %w", cn, err))
+			}
+		}
+	}
+	for _, b := range []string{positionBucket(name, group), leaseBucket(name, group)} {
+		if err := c.js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return fail(fmt.Errorf("bucket %q: %w", b, err))
+		}
+	}
+	return nil
 }

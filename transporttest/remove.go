@@ -56,8 +56,11 @@ func ConsumeSome(t *testing.T, c *omnibus.Client, topic, group string, n int) {
 }
 
 // Remove removes group and then topic through c's connection, and does
-// it again: a second removal finds nothing and is no error.
-func Remove(t testing.TB, c *omnibus.Client, topic, group string) {
+// it again: a second removal finds nothing and is no error. groupGone,
+// when not nil, runs between the first DeleteGroup and DeleteTopic, for
+// the test to check with its raw client that the group's state is gone
+// and the topic is not.
+func Remove(t testing.TB, c *omnibus.Client, topic, group string, groupGone func()) {
 	t.Helper()
 	r, ok := c.Driver().(Remover)
 	if !ok {
@@ -65,9 +68,12 @@ func Remove(t testing.TB, c *omnibus.Client, topic, group string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	for _, again := range []string{"", " again"} {
+	for i, again := range []string{"", " again"} {
 		if err := r.DeleteGroup(ctx, topic, group); err != nil {
 			t.Fatalf("DeleteGroup(%q, %q)%s: %v", topic, group, again, err)
+		}
+		if i == 0 && groupGone != nil {
+			groupGone()
 		}
 		if err := r.DeleteTopic(ctx, topic); err != nil {
 			t.Fatalf("DeleteTopic(%q)%s: %v", topic, again, err)
