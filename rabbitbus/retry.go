@@ -27,10 +27,26 @@ const (
 )
 
 func retryBucket(d time.Duration) time.Duration {
-	d = min(max(d, minRetryDelay), maxRetryDelay)
-	ms := float64(d) / float64(time.Millisecond)
-	k := math.Round(2 * math.Log2(ms))
+	return bucketDelay(bucketIndex(min(max(d, minRetryDelay), maxRetryDelay)))
+}
+
+// bucketIndex is the power of √2 nearest d in milliseconds; bucketDelay
+// is that power as a delay.
+func bucketIndex(d time.Duration) float64 {
+	return math.Round(2 * math.Log2(float64(d)/float64(time.Millisecond)))
+}
+
+func bucketDelay(k float64) time.Duration {
 	return time.Duration(math.Round(math.Pow(2, k/2))) * time.Millisecond
+}
+
+// allRetryQueues are the names of every retry queue group can have on topic.
+func allRetryQueues(topic, group string) []string {
+	var qs []string
+	for k := bucketIndex(minRetryDelay); k <= bucketIndex(maxRetryDelay); k++ {
+		qs = append(qs, retryQueue(topic, group, bucketDelay(k)))
+	}
+	return qs
 }
 
 func retryQueue(topic, group string, d time.Duration) string {

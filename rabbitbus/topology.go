@@ -3,8 +3,9 @@ package rabbitbus
 // Topology: the names of exchanges and queues, declaring them once per
 // connection on channels of their own (a failed declaration closes its
 // channel), classifying a refusal, the probe for the consistent-hash
-// exchange, and whether a topic exists. It runs on the goroutines of
-// Publish, Subscribe, CreateTopic and Nack; conn.mu guards the declaration
+// exchange, whether a topic exists, and deleting a topic and a group's
+// queues. It runs on the goroutines of Publish, Subscribe, CreateTopic,
+// Nack, DeleteTopic and DeleteGroup; conn.mu guards the declaration
 // cache, the names declared and the dead-letter topics.
 
 import (
@@ -248,4 +249,63 @@ func (c *conn) TopicExists(ctx context.Context, topic string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("rabbitbus: topic %q: %w", topic, err)
+}
+
+// DeleteTopic deletes topic's exchange and, for a dead-letter topic, the
+// queue that keeps its dead letters; a topic that does not exist is no
+// error. The groups' queues are bound to the exchange but live apart from
+// it, with the messages they hold: DeleteGroup removes them. The CLI's
+// bench removes the topic it made with it.
+func (c *conn) DeleteTopic(ctx context.Context, topic string) error {
+	if err := c.checkOpen("delete topic", topic); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	dead := c.dead[topic] || strings.HasSuffix(topic, dlqSuffix)
+	c.mu.Unlock()
+	_, err := c.withChannel(ctx, c.pub, func(ch *amqp.Channel) error {
+		if dead {
+			if _, err := ch.QueueDelete(topic, false, false, false); err != nil {
+				return err
+			}
+		}
+		return ch.ExchangeDelete(topic, false, false)
+	})
+	if err != nil {
+		return c.topologyError("delete topic", topic, err)
+	}
+	c.forget("x:" + topic)
+	return nil
+}
+
+// DeleteGroup deletes group's queues on topic, with the messages they
+// hold: its queue, or its partition queues and its consistent-hash
+// exchange (the URL's partitions deciding, as for GroupMembers), and every
+// retry queue it can have. For the group named after a dead-letter topic
+// that is the queue keeping the topic's dead letters. Queues that do not
+// exist are no error; members still running declare theirs again. The
+// CLI's bench removes its group with it.
+func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
+	if err := c.checkOpen("delete group", topic); err != nil {
+		return err
+	}
+	retries := allRetryQueues(topic, group)
+	_, err := c.withChannel(ctx, c.pub, func(ch *amqp.Channel) error {
+		for _, q := range append(c.groupQueues(topic, group), retries...) {
+			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+				return err
+			}
+		}
+		if c.cfg.partitions > 0 {
+			return ch.ExchangeDelete(hashExchange(topic, group), false, false)
+		}
+		return nil
+	})
+	if err != nil {
+		return c.topologyError(fmt.Sprintf("delete group %q of topic", group), topic, err)
+	}
+	for _, q := range retries {
+		c.forget("q:" + q)
+	}
+	return nil
 }

@@ -1,0 +1,94 @@
+package rabbitbus
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
+)
+
+// TestDeleteTopicAndGroup: after a group consumed from a topic,
+// unpartitioned and partitioned, DeleteGroup removes the group's queues,
+// its retry queue and its consistent-hash exchange and leaves the topic's
+// exchange; DeleteTopic removes that, as passive declares on a raw
+// connection see them; removing them again is no error.
+func TestDeleteTopicAndGroup(t *testing.T) {
+	for name, params := range map[string]string{"unpartitioned": "", "partitioned": "partitions=3&rebalance=500ms"} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			c := open(ctx, t, params)
+			dc := c.Driver().(*conn)
+			topic, group := "remove-"+omnibus.NewID()[12:], "g"
+			if err := c.CreateTopic(ctx, topic, 3); err != nil {
+				t.Fatal(err)
+			}
+			transporttest.ConsumeSome(t, c, topic, group, 30)
+			// A retry queue, as a Nack of 1s declares it.
+			retry := retryQueue(topic, group, retryBucket(time.Second))
+			ac, ch := rawChannel(t)
+			defer ac.Close()
+			if _, err := ch.QueueDeclare(retry, true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			dc.record("q", retry)
+
+			// exists tells, by a passive declare on a channel of its own,
+			// whether the exchange ("x") or queue ("q") is on the server.
+			exists := func(kind, name string) bool {
+				t.Helper()
+				ch, err := ac.Channel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ch.Close()
+				if kind == "x" {
+					err = ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, true, false, false, false, nil)
+				} else {
+					_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+				}
+				var ae *amqp.Error
+				if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+					return false
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return true
+			}
+			groupState := []string{"q:" + retry}
+			for _, q := range dc.groupQueues(topic, group) {
+				groupState = append(groupState, "q:"+q)
+			}
+			if params != "" {
+				groupState = append(groupState, "x:"+hashExchange(topic, group))
+			}
+			// left lists what of names is on the server.
+			left := func(names []string) []string {
+				var have []string
+				for _, n := range names {
+					if exists(n[:1], n[2:]) {
+						have = append(have, n)
+					}
+				}
+				return have
+			}
+			if have := left(groupState); len(have) != len(groupState) || !exists("x", topic) || len(groupState) < 2 {
+				t.Fatalf("before removal: the server has %v of the group's %v, and the topic's exchange: %v", have, groupState, exists("x", topic))
+			}
+			transporttest.Remove(t, c, topic, group, func() {
+				if have := left(groupState); len(have) > 0 || !exists("x", topic) {
+					t.Errorf("after DeleteGroup: %v of the group left, and the topic's exchange: %v; want none, and the exchange", have, exists("x", topic))
+				}
+			})
+			if exists("x", topic) {
+				t.Error("the topic's exchange is there after DeleteTopic")
+			}
+		})
+	}
+}
