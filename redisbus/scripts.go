@@ -246,6 +246,19 @@ end
 return n
 `)
 
+// destroyScript removes group ARGV[1] from each of the ARGV[2] streams
+// KEYS[1...ARGV[2]] that exists, deletes the fields ARGV[3...] of the
+// hash KEYS[ARGV[2]+1] and the keys after it.
+var destroyScript = redis.NewScript(`
+local n = tonumber(ARGV[2])
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('XGROUP', 'DESTROY', KEYS[i], ARGV[1]) end
+end
+if #ARGV > 2 then redis.call('HDEL', KEYS[n + 1], unpack(ARGV, 3)) end
+if #KEYS > n + 1 then redis.call('DEL', unpack(KEYS, n + 2)) end
+return 0
+`)
+
 // delConsumerScript deletes consumer ARGV[2] of group ARGV[1] on stream
 // KEYS[1] when nothing is pending for it (deleting a consumer drops its
 // pending entries, which nobody could claim then).

@@ -258,7 +258,7 @@ func (s *sub) Close() error {
 			_ = delConsumerScript.Run(ctx, s.c.rdb, []string{stream}, s.group, s.consumer).Err()
 		}
 		if s.opts.Ephemeral && s.c.leaveEphemeral(s.topic, s.group) {
-			s.c.destroyGroup(ctx, s.topic, s.parts, s.group)
+			_ = s.c.destroyGroup(ctx, s.topic, s.parts, s.group)
 		}
 		s.c.subs.Remove(s)
 	})
@@ -281,20 +281,20 @@ func (s *sub) flushAcks(ctx context.Context) (int, error) {
 	return n, s.Ack(ctx, nil)
 }
 
-// destroyGroup removes group from topic's streams, with its keys.
-func (c *conn) destroyGroup(ctx context.Context, topic string, parts int, group string) {
-	keys := []string{membersKey(topic, group), fenceKey(topic, group)}
-	var fields []string
-	for p, stream := range streamsOf(topic, parts) {
-		_ = c.rdb.XGroupDestroy(ctx, stream, group).Err()
-		fields = append(fields, positionField(group, laneID(p), parts > 0))
+// destroyGroup removes group from topic's streams, with its keys: its
+// members, fencing counter, positions, run counts and leases.
+func (c *conn) destroyGroup(ctx context.Context, topic string, parts int, group string) error {
+	streams := streamsOf(topic, parts)
+	keys := append(streams[:len(streams):len(streams)], positionsKey(topic), membersKey(topic, group), fenceKey(topic, group))
+	args := []any{group, len(streams)}
+	for p, stream := range streams {
+		args = append(args, positionField(group, laneID(p), parts > 0))
 		keys = append(keys, runsKey(stream, group))
 		if parts > 0 {
 			keys = append(keys, leaseKey(stream, group))
 		}
 	}
-	_ = c.rdb.Del(ctx, keys...).Err()
-	_ = c.rdb.HDel(ctx, positionsKey(topic), fields...).Err()
+	return destroyScript.Run(ctx, c.rdb, keys, args...).Err()
 }
 
 func (c *conn) joinEphemeral(topic, group string) {

@@ -1,13 +1,16 @@
 package redisbus
 
 // Topics: a topic's layout (one stream, or a stream per partition and a
-// key holding the count), read once per connection and cached, and
-// CreateTopic. It runs on the caller's goroutine; conn.mu guards the
+// key holding the count), read once per connection and cached,
+// CreateTopic, and deleting a topic's keys and a group's. It runs on the caller's goroutine; conn.mu guards the
 // cache.
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/omnibus-go/omnibus/driver"
 )
@@ -73,4 +76,57 @@ func (c *conn) readLayout(ctx context.Context, topic string, want int, grow bool
 	c.layouts[topic] = n
 	c.mu.Unlock()
 	return n, nil
+}
+
+// DeleteTopic deletes topic's streams (its one stream, or a stream per
+// partition), with their entries and the groups on them, its layout key
+// and its groups' positions; a topic that does not exist is no error.
+// Each group's other keys (members, fencing counter, run counts, leases)
+// are DeleteGroup's, which needs the layout: delete the groups first. The
+// CLI's bench removes the topic it made with it.
+func (c *conn) DeleteTopic(ctx context.Context, topic string) error {
+	if err := c.checkOpen("delete topic", topic); err != nil {
+		return err
+	}
+	parts, err := c.storedLayout(ctx, topic)
+	if err == nil {
+		keys := append(streamsOf(topic, parts), layoutKey(topic), positionsKey(topic))
+		err = c.rdb.Del(ctx, keys...).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("redisbus: delete topic %q: %w", topic, classify(err))
+	}
+	c.mu.Lock()
+	delete(c.layouts, topic)
+	c.mu.Unlock()
+	return nil
+}
+
+// DeleteGroup removes group from topic's streams (XGROUP DESTROY, which
+// drops its pending entries) and deletes its keys: its members, fencing
+// counter, positions, run counts and leases. A group or topic that does
+// not exist is no error; members still running would create the group
+// again. The CLI's bench removes its group with it.
+func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
+	if err := c.checkOpen("delete group", topic); err != nil {
+		return err
+	}
+	parts, err := c.storedLayout(ctx, topic)
+	if err == nil {
+		err = c.destroyGroup(ctx, topic, parts, group)
+	}
+	if err != nil {
+		return fmt.Errorf("redisbus: delete group %q of topic %q: %w", group, topic, classify(err))
+	}
+	return nil
+}
+
+// storedLayout reads topic's partition count from its layout key (0:
+// unpartitioned, or no topic), whatever this URL's partitions.
+func (c *conn) storedLayout(ctx context.Context, topic string) (int, error) {
+	n, err := c.rdb.Get(ctx, layoutKey(topic)).Int()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
 }
