@@ -348,26 +348,54 @@ func (l *Lookupd) HTTPAddr() string { return net.JoinHostPort(loopback, strconv.
 // Close stops the server; it is idempotent.
 func (l *Lookupd) Close() { l.p.stop(true) }
 
-// Topics lists the topics the nsqd at httpAddr holds, from its /stats.
-func Topics(httpAddr string) ([]string, error) {
+// topicStats is a topic in nsqd's /stats.
+type topicStats struct {
+	Name     string `json:"topic_name"`
+	Channels []struct {
+		Name string `json:"channel_name"`
+	} `json:"channels"`
+}
+
+// stats reads the topics, with their channels, from the /stats of the
+// nsqd at httpAddr.
+func stats(httpAddr string) ([]topicStats, error) {
 	resp, err := http.Get("http://" + httpAddr + "/stats?format=json&include_clients=false")
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	var st struct {
-		Topics []struct {
-			Name string `json:"topic_name"`
-		} `json:"topics"`
+		Topics []topicStats `json:"topics"`
 	}
 	if err := json.NewDecoder(bufio.NewReader(resp.Body)).Decode(&st); err != nil {
 		return nil, err
 	}
+	return st.Topics, nil
+}
+
+// Topics lists the topics the nsqd at httpAddr holds, from its /stats.
+func Topics(httpAddr string) ([]string, error) {
+	st, err := stats(httpAddr)
 	var names []string
-	for _, t := range st.Topics {
+	for _, t := range st {
 		names = append(names, t.Name)
 	}
-	return names, nil
+	return names, err
+}
+
+// Channels lists the channels of topic on the nsqd at httpAddr, from its
+// /stats: none when it has no such topic.
+func Channels(httpAddr, topic string) ([]string, error) {
+	st, err := stats(httpAddr)
+	var names []string
+	for _, t := range st {
+		if t.Name == topic {
+			for _, c := range t.Channels {
+				names = append(names, c.Name)
+			}
+		}
+	}
+	return names, err
 }
 
 // Post sends an HTTP POST of the nsqd API at httpAddr (path such as
