@@ -1,8 +1,9 @@
 package kinesisbus
 
 // Streams: CreateTopic, making sure a stream exists before the first
-// publish or subscribe (creating dead-letter streams), and listing a
-// stream's shards. The cache of streams seen is conn.mu's.
+// publish or subscribe (creating dead-letter streams), listing a
+// stream's shards, and deleting a stream and a group's lease table. The
+// cache of streams seen is conn.mu's.
 
 import (
 	"context"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
@@ -152,5 +154,65 @@ func (c *conn) listShards(ctx context.Context, stream string) ([]shardInfo, erro
 			return shards, nil
 		}
 		in = &kinesis.ListShardsInput{NextToken: out.NextToken}
+	}
+}
+
+// DeleteTopic deletes stream, with its records and any consumers
+// registered on it, and waits until Kinesis no longer knows it; a stream
+// that does not exist is no error. The groups' lease tables are in
+// DynamoDB, apart from the stream: DeleteGroup removes them. The CLI's
+// bench removes the stream it made with it.
+func (c *conn) DeleteTopic(ctx context.Context, stream string) error {
+	if err := c.checkOpen("delete stream", stream); err != nil {
+		return err
+	}
+	c.forget(stream)
+	err := deleteUntilGone(ctx, func(ctx context.Context) error {
+		_, err := c.kin.DeleteStream(ctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream), EnforceConsumerDeletion: aws.Bool(true)})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kinesisbus: delete stream %q: %w", stream, c.classify(err))
+	}
+	return nil
+}
+
+// DeleteGroup deletes group's lease table of stream (lease_table names
+// it), with its leases and checkpoints, and waits until DynamoDB no
+// longer knows it; a table that does not exist is no error. Members still
+// running would create it again. The CLI's bench removes its group with
+// it.
+func (c *conn) DeleteGroup(ctx context.Context, stream, group string) error {
+	if err := c.checkOpen("delete group", stream); err != nil {
+		return err
+	}
+	name := c.cfg.tableName(stream, group)
+	err := deleteUntilGone(ctx, func(ctx context.Context) error {
+		_, err := c.ddb.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kinesisbus: delete group %q of stream %q: lease table %q: %w", group, stream, name, c.classify(err))
+	}
+	return nil
+}
+
+// deleteUntilGone calls del until the answer is that the resource does
+// not exist: one being deleted (or created) is in use, and is asked for
+// again after a while.
+func deleteUntilGone(ctx context.Context, del func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := del(ctx)
+		switch {
+		case errorCode(err) == codeNotFound:
+			return nil
+		case err != nil && errorCode(err) != codeInUse && !throttled(err):
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the deletion: %w", ctx.Err())
+		case <-time.After(driver.Backoff(attempt, 20*time.Millisecond, time.Second)):
+		}
 	}
 }
