@@ -12,10 +12,13 @@ type baseline struct {
 	// client names the raw client, e.g. "nats.go/jetstream".
 	client string
 	// run publishes o.count messages of o.size bytes to topic and consumes
-	// them, and returns both rates in messages per second. c is the
-	// omnibus client bench used, for transports whose server lives inside
-	// it (an embedded server); rawURL is the URL it was opened with.
-	run func(ctx context.Context, c *omnibus.Client, rawURL, topic string, o benchOptions) (publish, consume float64, err error)
+	// them, and returns both rates in messages per second. It removes
+	// what it made on the server, however it ends, through left, which
+	// names what it could not remove. c is the omnibus client bench used,
+	// for transports whose server lives inside it (an embedded server) or
+	// whose client cannot remove what it made; rawURL is the URL it was
+	// opened with.
+	run func(ctx context.Context, c *omnibus.Client, rawURL, topic string, o benchOptions, left *leftovers) (publish, consume float64, err error)
 }
 
 // baselines holds the raw-client baselines by URL scheme. A transport adds

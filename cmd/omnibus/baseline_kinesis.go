@@ -28,7 +28,7 @@ func init() {
 // GetRecords from TRIM_HORIZON, waiting the URL's poll_interval when caught
 // up, as kinesisbus's readers (and the KCL's) do: Kinesis allows 5 reads a
 // second per shard. It deletes its stream when done.
-func kinesisBaseline(ctx context.Context, _ *omnibus.Client, rawURL, stream string, o benchOptions) (pubRate, conRate float64, err error) {
+func kinesisBaseline(ctx context.Context, c *omnibus.Client, rawURL, stream string, o benchOptions, left *leftovers) (pubRate, conRate float64, err error) {
 	kin, err := kinesisbus.NewKinesisClient(ctx, rawURL)
 	if err != nil {
 		return 0, 0, err
@@ -42,9 +42,8 @@ func kinesisBaseline(ctx context.Context, _ *omnibus.Client, rawURL, stream stri
 	if _, err := kin.CreateStream(ctx, &kinesis.CreateStreamInput{StreamName: aws.String(stream), ShardCount: aws.Int32(int32(o.lanes))}); err != nil {
 		return 0, 0, fmt.Errorf("create stream: %w", err)
 	}
-	defer func() {
-		_, _ = kin.DeleteStream(context.WithoutCancel(ctx), &kinesis.DeleteStreamInput{StreamName: aws.String(stream), EnforceConsumerDeletion: aws.Bool(true)})
-	}()
+	// kinesisbus deletes it, waiting until Kinesis no longer knows it.
+	defer left.remove(ctx, "stream "+stream, func(ctx context.Context) error { return c.Driver().(topicDeleter).DeleteTopic(ctx, stream) })
 	if err := kinesis.NewStreamExistsWaiter(kin).Wait(ctx, &kinesis.DescribeStreamInput{StreamName: aws.String(stream)}, time.Minute,
 		func(o *kinesis.StreamExistsWaiterOptions) { o.MinDelay, o.MaxDelay = 50*time.Millisecond, time.Second }); err != nil {
 		return 0, 0, fmt.Errorf("create stream: %w", err)

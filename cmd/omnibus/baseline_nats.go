@@ -28,7 +28,8 @@ func init() {
 // subjects by key and reads each with a consumer of its own, as natsbus's
 // partitioned mode does (without the leases). On the embedded URL it
 // starts an embedded server of its own (the client's is private to it).
-func natsBaseline(ctx context.Context, _ *omnibus.Client, rawURL, _ string, o benchOptions) (pubRate, conRate float64, err error) {
+// It deletes its stream, with the consumers, when done.
+func natsBaseline(ctx context.Context, _ *omnibus.Client, rawURL, _ string, o benchOptions, left *leftovers) (pubRate, conRate float64, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return 0, 0, err
@@ -64,7 +65,7 @@ func natsBaseline(ctx context.Context, _ *omnibus.Client, rawURL, _ string, o be
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: subjects, Duplicates: natsbus.DefaultDupeWindow}); err != nil {
 		return 0, 0, fmt.Errorf("create stream: %w", err)
 	}
-	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+	defer left.remove(ctx, "stream "+stream, func(ctx context.Context) error { return js.DeleteStream(ctx, stream) })
 
 	const window = 256 // omnibus.MaxInFlight's default
 	var received, last atomic.Int64

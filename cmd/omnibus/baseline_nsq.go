@@ -25,8 +25,9 @@ func init() {
 // waiting for nsqd's answer, and a Consumer (subscribed before the
 // first publish) whose handler returns nil, so go-nsq sends FIN, with
 // the window of omnibus's default MaxInFlight. It uses the URL's first
-// nsqd; a URL of nsqlookupds (lookup=true) has no baseline.
-func nsqBaseline(ctx context.Context, _ *omnibus.Client, rawURL, topic string, o benchOptions) (pubRate, conRate float64, err error) {
+// nsqd; a URL of nsqlookupds (lookup=true) has no baseline. It deletes
+// its topic, with the channel, when done.
+func nsqBaseline(ctx context.Context, c *omnibus.Client, rawURL, topic string, o benchOptions, left *leftovers) (pubRate, conRate float64, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return 0, 0, err
@@ -61,6 +62,9 @@ func nsqBaseline(ctx context.Context, _ *omnibus.Client, rawURL, topic string, o
 		}
 		return nil
 	}))
+	// go-nsq cannot delete a topic: nsqbus does it, on every nsqd, once
+	// the consumer stopped (a consumer connected would make it again).
+	defer left.remove(ctx, "topic "+topic, func(ctx context.Context) error { return c.Driver().(topicDeleter).DeleteTopic(ctx, topic) })
 	if err := cons.ConnectToNSQD(addr); err != nil {
 		return 0, 0, fmt.Errorf("consumer: %w", err)
 	}

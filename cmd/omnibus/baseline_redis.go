@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,8 +27,9 @@ func init() {
 // group reads with XREADGROUP (the window of the default MaxInFlight) and
 // acknowledges each read with one XACK. On a partitioned URL it publishes
 // to --lanes streams by key and reads them all, as redisbus's partitioned
-// mode does (without the leases). It deletes its streams when done.
-func redisBaseline(ctx context.Context, _ *omnibus.Client, rawURL, topic string, o benchOptions) (pubRate, conRate float64, err error) {
+// mode does (without the leases). It deletes its streams, with the
+// group, when done.
+func redisBaseline(ctx context.Context, _ *omnibus.Client, rawURL, topic string, o benchOptions, left *leftovers) (pubRate, conRate float64, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return 0, 0, err
@@ -45,7 +47,7 @@ func redisBaseline(ctx context.Context, _ *omnibus.Client, rawURL, topic string,
 			streams = append(streams, topic+":"+strconv.Itoa(p))
 		}
 	}
-	defer func() { _ = rdb.Del(context.WithoutCancel(ctx), streams...).Err() }()
+	defer left.remove(ctx, "streams "+strings.Join(streams, ", "), func(ctx context.Context) error { return rdb.Del(ctx, streams...).Err() })
 	for _, s := range streams {
 		if err := rdb.XGroupCreateMkStream(ctx, s, "raw", "0").Err(); err != nil {
 			return 0, 0, fmt.Errorf("create group: %w", err)

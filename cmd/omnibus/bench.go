@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,8 +52,10 @@ same consumer windows.
 The topic is fresh for each run unless --topic names one; bench refuses a
 --topic that exists (its consumer groups would receive bench's messages)
 unless --force is given. On the default URL bench runs on a temporary
-store, removed at the end; on other URLs it says what it leaves there
-(its topic and group).`,
+store, removed at the end. On other URLs it removes at the end what it
+made there, also when it fails or is interrupted: its consumer group, its
+fresh topic (a --topic of yours stays, with bench's messages) and what the
+raw baseline made. What the transport cannot remove, bench names.`,
 		Example: `  omnibus bench
   omnibus bench --count 50000 --size 1024 --json
   omnibus bench --url nats://localhost:4222 --topic bench`,
@@ -95,7 +98,8 @@ type benchResult struct {
 	PublishRatio       *float64 `json:"publish_ratio,omitempty"`
 	ConsumeRatio       *float64 `json:"consume_ratio,omitempty"`
 	NoBaseline         string   `json:"no_baseline,omitempty"`
-	// Left says what bench leaves on the transport, empty when nothing.
+	// Left names what bench made on the transport and could not remove,
+	// empty when nothing.
 	Left string `json:"left,omitempty"`
 }
 
@@ -122,38 +126,17 @@ func (a *app) bench(ctx context.Context, o benchOptions) error {
 		}
 	}
 	res := benchResult{Transport: scheme(a.rawURL), URL: a.urlName(), Topic: topic, Size: o.size, Count: o.count}
+	var left leftovers
+	err = a.benchRun(ctx, c, topic, group, o, &res, &left)
 	if !scratch {
-		res.Left = fmt.Sprintf("topic %s (with bench's %d messages) and consumer group %s", topic, 2*o.count, group)
+		removeBench(ctx, c, topic, group, o.topic == "", &left)
 	}
-	if err := benchOmnibus(ctx, c, topic, group, o, &res); err != nil {
+	res.Left = omnibus.Redact(strings.Join(left, "; "), a.rawURL)
+	if err != nil {
+		if res.Left != "" {
+			fmt.Fprintf(a.stderr, "omnibus: note: bench left on the transport: %s\n", oneLine(res.Left))
+		}
 		return err
-	}
-	if b, ok := baselines[res.Transport]; ok {
-		res.Baseline = b.client
-		pub, con, err := b.run(ctx, c, a.rawURL, topic+"-raw", o)
-		if ctx.Err() != nil {
-			return errInterrupted
-		}
-		if err != nil {
-			// The omnibus numbers stand; say why there is no comparison.
-			res.Baseline = ""
-			res.NoBaseline = oneLine(omnibus.Redact(fmt.Sprintf("the raw %s baseline failed: %v", b.client, err), a.rawURL))
-		} else {
-			res.RawPublishMsgsPerS, res.RawConsumeMsgsPerS = &pub, &con
-			if pub > 0 {
-				r := res.PublishMsgsPerS / pub
-				res.PublishRatio = &r
-			}
-			if con > 0 {
-				r := res.ConsumeMsgsPerS / con
-				res.ConsumeRatio = &r
-			}
-		}
-	} else {
-		res.NoBaseline = noBaseline[res.Transport]
-		if res.NoBaseline == "" {
-			res.NoBaseline = "no raw-client baseline registered for " + res.Transport
-		}
 	}
 	if o.json {
 		b, err := json.Marshal(res)
@@ -165,6 +148,88 @@ func (a *app) bench(ctx context.Context, o benchOptions) error {
 	}
 	printBench(a, res)
 	return nil
+}
+
+// benchRun runs the work through omnibus on topic with group, then
+// through the transport's raw client where it has a baseline, into res;
+// what the baseline cannot remove goes in left.
+func (a *app) benchRun(ctx context.Context, c *omnibus.Client, topic, group string, o benchOptions, res *benchResult, left *leftovers) error {
+	if err := benchOmnibus(ctx, c, topic, group, o, res); err != nil {
+		return err
+	}
+	b, ok := baselines[res.Transport]
+	if !ok {
+		res.NoBaseline = noBaseline[res.Transport]
+		if res.NoBaseline == "" {
+			res.NoBaseline = "no raw-client baseline registered for " + res.Transport
+		}
+		return nil
+	}
+	res.Baseline = b.client
+	pub, con, err := b.run(ctx, c, a.rawURL, topic+"-raw", o, left)
+	if ctx.Err() != nil {
+		return errInterrupted
+	}
+	if err != nil {
+		// The omnibus numbers stand; say why there is no comparison.
+		res.Baseline = ""
+		res.NoBaseline = oneLine(omnibus.Redact(fmt.Sprintf("the raw %s baseline failed: %v", b.client, err), a.rawURL))
+		return nil
+	}
+	res.RawPublishMsgsPerS, res.RawConsumeMsgsPerS = &pub, &con
+	if pub > 0 {
+		r := res.PublishMsgsPerS / pub
+		res.PublishRatio = &r
+	}
+	if con > 0 {
+		r := res.ConsumeMsgsPerS / con
+		res.ConsumeRatio = &r
+	}
+	return nil
+}
+
+// topicDeleter is implemented by a transport connection that can remove
+// a topic, with its messages, and a consumer group's state on a topic; a
+// topic or group that does not exist is no error.
+type topicDeleter interface {
+	DeleteTopic(ctx context.Context, topic string) error
+	DeleteGroup(ctx context.Context, topic, group string) error
+}
+
+// removeBench removes what bench made on a server: its group, and its
+// topic when fresh (a --topic is the user's). A transport that cannot
+// remove them has them named in left.
+func removeBench(ctx context.Context, c *omnibus.Client, topic, group string, fresh bool, left *leftovers) {
+	groupWhat, topicWhat := "consumer group "+group, "topic "+topic+" (with bench's messages)"
+	r, ok := c.Driver().(topicDeleter)
+	switch {
+	case !ok && fresh:
+		*left = append(*left, topicWhat, groupWhat)
+	case !ok:
+		*left = append(*left, groupWhat)
+	default:
+		left.remove(ctx, groupWhat, func(ctx context.Context) error { return r.DeleteGroup(ctx, topic, group) })
+		if fresh {
+			left.remove(ctx, topicWhat, func(ctx context.Context) error { return r.DeleteTopic(ctx, topic) })
+		}
+	}
+}
+
+// removeTimeout bounds removing one thing bench made.
+const removeTimeout = 30 * time.Second
+
+// leftovers names what bench made on the transport and could not remove.
+type leftovers []string
+
+// remove calls rm on a context of its own, bounded by removeTimeout (ctx
+// may be cancelled: the run failed, or was interrupted), and notes what
+// it was to remove when it fails.
+func (l *leftovers) remove(ctx context.Context, what string, rm func(context.Context) error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	if err := rm(rctx); err != nil {
+		*l = append(*l, fmt.Sprintf("%s (removing it failed: %v)", what, err))
+	}
 }
 
 func printBench(a *app, r benchResult) {

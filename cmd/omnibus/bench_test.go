@@ -55,7 +55,7 @@ func TestBenchText(t *testing.T) {
 
 func TestBenchBaseline(t *testing.T) {
 	raw, _ := memURL(t, "")
-	baselines["mem"] = baseline{client: "fake", run: func(ctx context.Context, c *omnibus.Client, rawURL, topic string, o benchOptions) (float64, float64, error) {
+	baselines["mem"] = baseline{client: "fake", run: func(ctx context.Context, c *omnibus.Client, rawURL, topic string, o benchOptions, _ *leftovers) (float64, float64, error) {
 		if c == nil || rawURL != raw || o.count != 100 {
 			t.Errorf("baseline got client %v, url %q, count %d", c, rawURL, o.count)
 		}
