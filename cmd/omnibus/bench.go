@@ -80,6 +80,7 @@ type benchResult struct {
 	Transport       string  `json:"transport"`
 	URL             string  `json:"url"`
 	Topic           string  `json:"topic"`
+	Group           string  `json:"group"`
 	Size            int     `json:"size"`
 	Count           int     `json:"count"`
 	PublishMsgsPerS float64 `json:"publish_msgs_per_s"`
@@ -125,7 +126,7 @@ func (a *app) bench(ctx context.Context, o benchOptions) error {
 			return usagef("bench: topic %q exists: its consumer groups would receive bench's %d messages; omit --topic for a fresh one, or add --force", topic, 2*o.count)
 		}
 	}
-	res := benchResult{Transport: scheme(a.rawURL), URL: a.urlName(), Topic: topic, Size: o.size, Count: o.count}
+	res := benchResult{Transport: scheme(a.rawURL), URL: a.urlName(), Topic: topic, Group: group, Size: o.size, Count: o.count}
 	var left leftovers
 	err = a.benchRun(ctx, c, topic, group, o, &res, &left)
 	if !scratch {

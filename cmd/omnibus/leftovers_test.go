@@ -78,26 +78,3 @@ func TestBenchAndDemoLeaveNothingOnTheDefault(t *testing.T) {
 		}
 	}
 }
-
-// TestBenchSaysWhatItLeaves: on a server, bench says which topic and
-// group it leaves, and they are there; on a topic that exists it refuses
-// without --force.
-func TestBenchSaysWhatItLeaves(t *testing.T) {
-	raw, topic, count := natsTopic(t)
-	r := runCmd(t, ctxT(t), nil, "", "bench", "--url", raw, "--count", "100", "--topic", topic)
-	wantCode(t, r, exitOK)
-	if want := "left on the transport: topic " + topic + " (with bench's 200 messages) and consumer group omnibus-bench-"; !strings.Contains(r.stdout, want) {
-		t.Errorf("output lacks %q:\n%s", want, r.stdout)
-	}
-	if n := count(t); n != 200 {
-		t.Errorf("the topic holds %d messages, want bench's 200 (100 published each way)", n)
-	}
-	r = runCmd(t, ctxT(t), nil, "", "bench", "--url", raw, "--count", "100", "--topic", topic)
-	wantCode(t, r, exitUsage)
-	wantOneLineError(t, r, `topic "`+topic+`" exists: its consumer groups would receive bench's 200 messages`, "")
-	r = runCmd(t, ctxT(t), nil, "", "bench", "--url", raw, "--count", "100", "--topic", topic, "--force", "--json")
-	wantCode(t, r, exitOK)
-	if n := count(t); n != 400 {
-		t.Errorf("the topic holds %d messages after --force, want 400", n)
-	}
-}

@@ -59,8 +59,6 @@ func TestRedisCommands(t *testing.T) {
 		if !strings.Contains(r.stdout, `"total":1`) {
 			t.Errorf("lag after reading 2 of 3: %s, want a total of 1", r.stdout)
 		}
-		bench := "omnibus-bench-"
-		_ = redisURL(t, "", bench)
 		m := benchJSON(t, runCmd(t, ctxT(t), nil, "", "bench", "--url", raw, "--count", "500", "--json"))
 		if m["transport"] != "redis" {
 			t.Errorf("transport %v, want redis", m["transport"])
