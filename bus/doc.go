@@ -42,7 +42,7 @@
 // Every instance reads it in a throwaway group of its own and keeps the
 // replies that name it (header replyinstance), dropping the others
 // (Stats.OtherReplies). A topic per instance would be created at every
-// start and left behind at every stop: omnibus deletes no topic, and a
+// start and left behind at every stop: the bus deletes no topic, and a
 // crashed instance could not delete its own anyway (a Kafka topic, a
 // RabbitMQ exchange, a JetStream stream all outlive their readers),
 // whereas every transport removes a throwaway group when its instance

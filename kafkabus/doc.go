@@ -87,6 +87,13 @@
 // client notice added partitions at once, others at their next metadata
 // refresh (metadata_max_age).
 //
+// For tools, the connection (omnibus.Client.Driver) also has
+// TopicExists, DeleteTopic (the topic, with its records) and DeleteGroup
+// (the group's committed offsets on the topic: the whole group when it
+// has none on another topic, else its offsets on that topic alone); a
+// topic or group that does not exist is no error. The CLI's bench
+// removes what it made with them.
+//
 // # Messages on the wire
 //
 // A message is one record in CloudEvents binary content mode, as the

@@ -138,6 +138,13 @@
 // omnibus.ErrNotFound. A crashed partitioned member's buckets stay, the
 // lease bucket empty once its keys expire.
 //
+// For tools, the connection (omnibus.Client.Driver) has TopicExists,
+// DeleteTopic (the topic's stream, with its messages and consumers) and
+// DeleteGroup (the group's consumers and its positions and lease
+// buckets, which outlive the stream: delete a topic's groups before the
+// topic); a topic or group that does not exist is no error. The CLI's
+// bench removes what it made with them.
+//
 // # Partitioned mode
 //
 // With partitions=N, a topic natsbus creates has N partition subjects,

@@ -73,7 +73,12 @@
 // gets what the topic kept meanwhile (NSQ keeps messages of a topic with
 // no channel): there is no replay. Dead letters go to "<topic>.dlq" (by
 // default), a topic like any other, which keeps them until a channel
-// reads them. omnibus deletes no topic and no channel.
+// reads them. omnibus deletes no topic and no channel unless asked: for
+// tools, the connection (omnibus.Client.Driver) has DeleteTopic (the
+// topic, with its channels, on every nsqd) and DeleteGroup (the group's
+// channel, with the messages it holds, on every nsqd holding the topic);
+// a topic or group that does not exist is no error. The CLI's bench
+// removes what it made with them.
 //
 // # Messages on the wire
 //

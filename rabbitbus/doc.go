@@ -89,7 +89,12 @@
 // RabbitMQ keeps no history for a queue that did not exist (no replay).
 // Messages published to a topic with no group are dropped by the server,
 // or reported with mandatory=true. Nothing omnibus declares is deleted by
-// omnibus.
+// omnibus unless asked: for tools, the connection (omnibus.Client.Driver)
+// has TopicExists, DeleteTopic (the topic's exchange, and a dead-letter
+// topic's queue) and DeleteGroup (the group's queue or partition queues,
+// its consistent-hash exchange and its retry queues, with the messages
+// they hold); a topic or group that does not exist is no error. The
+// CLI's bench removes what it made with them.
 //
 // # Messages on the wire
 //

@@ -84,6 +84,14 @@
 // group and deletes its keys when it closes. A crashed member's
 // throwaway group stays until deleted (XGROUP DESTROY).
 //
+// For tools, the connection (omnibus.Client.Driver) has TopicExists,
+// DeleteTopic (the topic's streams, with their entries and groups, its
+// partition count and positions) and DeleteGroup (the group on the
+// streams and every key of the group above; it reads the partition
+// count, so delete a topic's groups before the topic); a topic or group
+// that does not exist is no error. The CLI's bench removes what it made
+// with them.
+//
 // # Partitioned mode
 //
 // With partitions=N, a topic redisbus lays out has N streams,
