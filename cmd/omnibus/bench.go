@@ -189,14 +189,6 @@ func (a *app) benchRun(ctx context.Context, c *omnibus.Client, topic, group stri
 	return nil
 }
 
-// topicDeleter is implemented by a transport connection that can remove
-// a topic, with its messages, and a consumer group's state on a topic; a
-// topic or group that does not exist is no error.
-type topicDeleter interface {
-	DeleteTopic(ctx context.Context, topic string) error
-	DeleteGroup(ctx context.Context, topic, group string) error
-}
-
 // removeBench removes what bench made on a server: its group, and its
 // topic when fresh (a --topic is the user's). A transport that cannot
 // remove them has them named in left.

@@ -94,6 +94,14 @@ type topicExister interface {
 	TopicExists(ctx context.Context, topic string) (bool, error)
 }
 
+// topicDeleter is implemented by a transport connection that can remove
+// a topic, with its messages, and a consumer group's state on a topic; a
+// topic or group that does not exist is no error.
+type topicDeleter interface {
+	DeleteTopic(ctx context.Context, topic string) error
+	DeleteGroup(ctx context.Context, topic, group string) error
+}
+
 // noteProcessLocal says, for a transport that lives inside the process
 // (mem://), that what the command sends or reads ends with it: commands
 // that hand messages to other commands (send, tail, lag) call it.
