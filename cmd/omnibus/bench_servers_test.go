@@ -408,13 +408,26 @@ func kinesisHolds(t testing.TB, _, prefix, _ string) []string {
 	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secretTEST", "")}
 	kin := kinesis.NewFromConfig(cfg, func(o *kinesis.Options) { o.BaseEndpoint = aws.String("http://" + kinesisAddr) })
 	ddb := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String("http://" + dynamoAddr) })
-	streams, err := kin.ListStreams(ctx, &kinesis.ListStreamsInput{Limit: aws.Int32(10000)})
-	if err != nil {
-		t.Fatal(err)
+	var held []string
+	// kinesalite pages by the last name, without NextToken.
+	in := &kinesis.ListStreamsInput{Limit: aws.Int32(10000)}
+	for {
+		out, err := kin.ListStreams(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, withPrefix("stream", prefix, out.StreamNames)...)
+		if !aws.ToBool(out.HasMoreStreams) || len(out.StreamNames) == 0 {
+			break
+		}
+		in.ExclusiveStartStreamName = aws.String(out.StreamNames[len(out.StreamNames)-1])
 	}
-	tables, err := ddb.ListTables(ctx, &dynamodb.ListTablesInput{})
-	if err != nil {
-		t.Fatal(err)
+	for ps := dynamodb.NewListTablesPaginator(ddb, &dynamodb.ListTablesInput{}); ps.HasMorePages(); {
+		out, err := ps.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, withPrefix("table", prefix, out.TableNames)...)
 	}
-	return append(withPrefix("stream", prefix, streams.StreamNames), withPrefix("table", prefix, tables.TableNames)...)
+	return held
 }
