@@ -41,4 +41,10 @@
 // a Receive nobody wakes would take). A call that must not block runs with a bound; one that
 // hangs fails the test with the stacks of the goroutines the test
 // started, and the suite goes on.
+//
+// A transport whose connection removes topics and groups ([Remover])
+// tests that in a test of its own, which reads with its raw client what
+// the server keeps: [ConsumeSome] gives the server a topic with messages
+// and a group with state on it, [Remove] removes them twice through the
+// connection.
 package transporttest
