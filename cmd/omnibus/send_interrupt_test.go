@@ -21,7 +21,7 @@ import (
 type held func(t testing.TB) int
 
 // natsTopic is a fresh topic on the machine's NATS server, deleted at
-// cleanup, and its message count.
+// cleanup with its groups' buckets, and its message count.
 func natsTopic(t testing.TB) (url, topic string, count held) {
 	url = serverURL(t, "nats://127.0.0.1:4222", "127.0.0.1:4222", startNATS)
 	topic = "omnibus-cli-" + shortID()
@@ -40,11 +40,7 @@ func natsTopic(t testing.TB) (url, topic string, count held) {
 		}
 		return fn(ctx, j, stream)
 	}
-	t.Cleanup(func() {
-		_ = js(t, func(ctx context.Context, j jetstream.JetStream, stream string) error {
-			return j.DeleteStream(ctx, stream)
-		})
-	})
+	cleanNATS(t, topic) // partitioned too, with the groups' buckets
 	return url, topic, func(t testing.TB) int {
 		n := 0
 		err := js(t, func(ctx context.Context, j jetstream.JetStream, stream string) error {
@@ -62,8 +58,8 @@ func natsTopic(t testing.TB) (url, topic string, count held) {
 }
 
 // rabbitTopic is a fresh topic on the machine's RabbitMQ with a group
-// queue that keeps what is published (deleted at cleanup), and that
-// queue's depth.
+// queue that keeps what is published, deleted at cleanup with every
+// group's queues, and that queue's depth.
 func rabbitTopic(t testing.TB) (url, topic string, count held) {
 	url = serverURL(t, "amqp://guest:guest@127.0.0.1:5672/", "127.0.0.1:5672", startRabbit)
 	topic = "omnibus-cli-" + shortID()
@@ -83,13 +79,8 @@ func rabbitTopic(t testing.TB) (url, topic string, count held) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if ch, err := ac.Channel(); err == nil {
-			_, _ = ch.QueueDelete(queue, false, false, false)
-		}
-		ac.Close()
-		deleteExchange(t, url, topic)
-	})
+	t.Cleanup(func() { ac.Close() })
+	cleanRabbit(t, topic) // the exchange, and every group's queues
 	return url, topic, func(t testing.TB) int {
 		ch, err := ac.Channel()
 		if err != nil {

@@ -63,9 +63,9 @@ func requireHashPlugin(t testing.TB, raw string) string {
 	return raw
 }
 
-// cleanNATS deletes, at cleanup, the streams the demo made on the shared
-// server (its topics and their lease buckets).
-func cleanNATS(t testing.TB) {
+// cleanNATS deletes, at cleanup, the streams on the shared server whose
+// names contain part: a test's topics and their groups' buckets.
+func cleanNATS(t testing.TB, part string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -81,7 +81,7 @@ func cleanNATS(t testing.TB) {
 		names := js.StreamNames(ctx)
 		var doomed []string
 		for name := range names.Name() {
-			if strings.Contains(name, "demo_orders") {
+			if strings.Contains(name, part) {
 				doomed = append(doomed, name)
 			}
 		}
@@ -91,9 +91,10 @@ func cleanNATS(t testing.TB) {
 	})
 }
 
-// cleanRabbit deletes, at cleanup, the queues and exchanges the demo made
-// on the shared server (names from rabbitmqctl, which AMQP cannot list).
-func cleanRabbit(t testing.TB) {
+// cleanRabbit deletes, at cleanup, the queues and exchanges on the shared
+// server whose names start with prefix: a test's topics and their groups'
+// queues (names from rabbitmqctl, which AMQP cannot list).
+func cleanRabbit(t testing.TB, prefix string) {
 	t.Cleanup(func() {
 		conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
 		if err != nil {
@@ -111,7 +112,7 @@ func cleanRabbit(t testing.TB) {
 				return
 			}
 			for _, name := range strings.Fields(string(out)) {
-				if !strings.HasPrefix(name, "demo.orders.") {
+				if !strings.HasPrefix(name, prefix) {
 					continue
 				}
 				if kind == "list_queues" {
@@ -136,11 +137,11 @@ func TestDemoOnEveryTransport(t *testing.T) {
 	}{
 		{"kafka (kfake)", kafkaURL, true},
 		{"nats partitioned", func(t testing.TB) string {
-			cleanNATS(t)
+			cleanNATS(t, "demo_orders")
 			return serverURL(t, "nats://127.0.0.1:4222?partitions=4&lease_ttl=2s&rebalance_interval=100ms", "127.0.0.1:4222", startNATS)
 		}, true},
 		{"rabbitmq partitioned", func(t testing.TB) string {
-			cleanRabbit(t)
+			cleanRabbit(t, "demo.orders.")
 			return requireHashPlugin(t, serverURL(t, "amqp://guest:guest@127.0.0.1:5672/?partitions=4", "127.0.0.1:5672", startRabbit))
 		}, true},
 	}
