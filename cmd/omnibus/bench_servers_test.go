@@ -44,7 +44,8 @@ func benchServers() []benchServer {
 	natsURL := func(params string) func(t testing.TB) (string, string, held) {
 		return func(t testing.TB) (string, string, held) {
 			raw := serverURL(t, "nats://127.0.0.1:4222"+params, "127.0.0.1:4222", startNATS)
-			topic := userTopic(t, raw)
+			topic := "omnibus-cli-" + shortID()
+			cleanNATS(t, topic)
 			return raw, topic, func(t testing.TB) int { return natsMessages(t, raw, topic) }
 		}
 	}
@@ -70,14 +71,6 @@ func benchServers() []benchServer {
 			return kinesisURL(t, topic), topic, nil
 		}, kinesisHolds},
 	}
-}
-
-// userTopic is a fresh topic name whose topic (and the groups on it) is
-// removed through omnibus at the end of t.
-func userTopic(t testing.TB, raw string) string {
-	topic := "omnibus-cli-" + shortID()
-	t.Cleanup(func() { removeThrough(t, raw, topic, "") })
-	return topic
 }
 
 // removeThrough removes topic, group (when not empty) and the raw
