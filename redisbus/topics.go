@@ -2,8 +2,8 @@ package redisbus
 
 // Topics: a topic's layout (one stream, or a stream per partition and a
 // key holding the count), read once per connection and cached,
-// CreateTopic, and deleting a topic's keys and a group's. It runs on the caller's goroutine; conn.mu guards the
-// cache.
+// CreateTopic, and deleting a topic's keys and a group's. It runs on the
+// caller's goroutine; conn.mu guards the cache.
 
 import (
 	"context"
