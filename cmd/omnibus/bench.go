@@ -130,7 +130,11 @@ func (a *app) bench(ctx context.Context, o benchOptions) error {
 	var left leftovers
 	err = a.benchRun(ctx, c, topic, group, o, &res, &left)
 	if !scratch {
-		removeBench(ctx, c, topic, group, o.topic == "", &left)
+		var topics []string
+		if o.topic == "" {
+			topics = []string{topic} // a --topic is the user's
+		}
+		removeMade(ctx, c, []groupOn{{topic, group}}, topics, &left)
 	}
 	res.Left = omnibus.Redact(strings.Join(left, "; "), a.rawURL)
 	if err != nil {
@@ -187,42 +191,6 @@ func (a *app) benchRun(ctx context.Context, c *omnibus.Client, topic, group stri
 		res.ConsumeRatio = &r
 	}
 	return nil
-}
-
-// removeBench removes what bench made on a server: its group, and its
-// topic when fresh (a --topic is the user's). A transport that cannot
-// remove them has them named in left.
-func removeBench(ctx context.Context, c *omnibus.Client, topic, group string, fresh bool, left *leftovers) {
-	groupWhat, topicWhat := "consumer group "+group, "topic "+topic+" (with bench's messages)"
-	r, ok := c.Driver().(topicDeleter)
-	switch {
-	case !ok && fresh:
-		*left = append(*left, topicWhat, groupWhat)
-	case !ok:
-		*left = append(*left, groupWhat)
-	default:
-		left.remove(ctx, groupWhat, func(ctx context.Context) error { return r.DeleteGroup(ctx, topic, group) })
-		if fresh {
-			left.remove(ctx, topicWhat, func(ctx context.Context) error { return r.DeleteTopic(ctx, topic) })
-		}
-	}
-}
-
-// removeTimeout bounds removing one thing bench made.
-const removeTimeout = 30 * time.Second
-
-// leftovers names what bench made on the transport and could not remove.
-type leftovers []string
-
-// remove calls rm on a context of its own, bounded by removeTimeout (ctx
-// may be cancelled: the run failed, or was interrupted), and notes what
-// it was to remove when it fails.
-func (l *leftovers) remove(ctx context.Context, what string, rm func(context.Context) error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
-	defer cancel()
-	if err := rm(rctx); err != nil {
-		*l = append(*l, fmt.Sprintf("%s (removing it failed: %v)", what, err))
-	}
 }
 
 func printBench(a *app, r benchResult) {

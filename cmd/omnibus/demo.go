@@ -52,7 +52,9 @@ transport unless --url names another:
 
 It ends with a verified summary: every order processed, each customer's
 orders handled in order, poison orders dead-lettered exactly once, nothing
-lost. The exit status is 1 when a check fails. Ctrl-C stops it cleanly.`,
+lost. The exit status is 1 when a check fails. Ctrl-C stops it cleanly.
+On a server (--url) the demo removes its topics and consumer groups when
+it ends, however it ends; what the transport cannot remove, it names.`,
 		Example: `  omnibus demo
   omnibus demo --orders 20000 --rate 2000 --consumers 4
   omnibus demo --url kafka://localhost:9092`,
@@ -93,8 +95,6 @@ type demo struct {
 	topic   string
 	dlq     string
 	ordered bool
-	scratch bool   // nothing the demo makes outlives it
-	id      string // the run's, in its topic and group names
 	led     *ledger
 	start   time.Time
 
@@ -114,13 +114,28 @@ func (a *app) demo(ctx context.Context, o demoOptions) error {
 	defer done()
 	run := shortID()
 	d := &demo{
-		o: o, c: c, url: a.urlName(), scratch: scratch, id: run,
+		o: o, c: c, url: a.urlName(),
 		topic:   "demo.orders." + run,
 		ordered: c.Capabilities().Ordered,
 		led:     newLedger(),
 	}
 	d.dlq = d.topic + ".dlq"
-	return d.run(ctx, a, run)
+	err = d.run(ctx, a, run)
+	// On a server, what the run made goes with it; the consumers have
+	// stopped.
+	if scratch {
+		return err
+	}
+	var left leftovers
+	removeMade(ctx, c, []groupOn{{d.topic, "omnibus-demo-" + run}, {d.dlq, "omnibus-demo-dlq-" + run}}, []string{d.topic, d.dlq}, &left)
+	if len(left) > 0 {
+		w := a.stdout
+		if err != nil {
+			w = a.stderr
+		}
+		fmt.Fprintf(w, "left on the transport: %s\n", oneLine(omnibus.Redact(strings.Join(left, "; "), a.rawURL)))
+	}
+	return err
 }
 
 func (d *demo) run(ctx context.Context, a *app, run string) error {
@@ -438,10 +453,6 @@ func (d *demo) summary(a *app, lag int64) bool {
 	}
 	fmt.Fprintf(w, "%s: %d orders in %s (%.0f orders/s), %d retries, consumers 1 → %d\n",
 		verdict, d.o.orders, elapsed.Round(100*time.Millisecond), rate(processed, elapsed), d.retries.Load(), d.o.consumers)
-	if !d.scratch {
-		fmt.Fprintf(w, "left on the transport: topics %s and %s, consumer groups omnibus-demo-%s and omnibus-demo-dlq-%s\n",
-			d.topic, d.dlq, d.id, d.id)
-	}
 	return ok
 }
 

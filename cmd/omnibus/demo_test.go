@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,27 @@ func wantVerified(t testing.TB, r result, okLines int) {
 	}
 	if strings.Contains(r.stdout, "FAIL") {
 		t.Errorf("a check failed:\n%s", r.stdout)
+	}
+}
+
+// demoRun finds a demo's run ID in its summary ("topic demo.orders.<run>").
+var demoRun = regexp.MustCompile(`, topic demo\.orders\.([0-9a-f]+)\):`)
+
+// wantDemoRemoved checks that the demo run r removed what it made on the
+// server: holds lists what the server holds named after the run (topics,
+// streams, queues, keys, buckets, groups), read with the transport's own
+// client.
+func wantDemoRemoved(t testing.TB, r result, holds func(run string) []string) {
+	t.Helper()
+	m := demoRun.FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("no topic in the demo's summary:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stdout+r.stderr, "left on the transport") {
+		t.Errorf("the demo says it left something:\n%s%s", r.stdout, r.stderr)
+	}
+	if left := holds(m[1]); len(left) > 0 {
+		t.Errorf("the demo left %v on the server", left)
 	}
 }
 

@@ -39,6 +39,7 @@ func TestRedisCommands(t *testing.T) {
 		r := runCmd(t, ctxT(t), nil, "", "demo", "--url", raw, "--orders", "300", "--customers", "6",
 			"--rate", "1000", "--work", "1ms", "--lanes", "4")
 		wantVerified(t, r, 4)
+		wantDemoRemoved(t, r, func(run string) []string { return redisHolds(t, raw, "demo.orders."+run, "") })
 	})
 	t.Run("send tail lag bench", func(t *testing.T) {
 		topic := "omnibus-cli-" + shortID()

@@ -128,22 +128,29 @@ func cleanRabbit(t testing.TB, prefix string) {
 	})
 }
 
-// TestDemoOnEveryTransport runs the same demo by URL on each transport.
+// TestDemoOnEveryTransport runs the same demo by URL on each transport;
+// it removes what it made there: what the server holds named after the
+// run, read with the transport's own client, is nothing.
 func TestDemoOnEveryTransport(t *testing.T) {
 	tests := []struct {
 		name    string
 		url     func(t testing.TB) string
 		ordered bool
+		holds   func(t testing.TB, raw, run string) []string
 	}{
-		{"kafka (kfake)", kafkaURL, true},
+		{"kafka (kfake)", kafkaURL, true, func(t testing.TB, raw, run string) []string {
+			return append(kafkaHolds(t, raw, "demo.orders."+run, "omnibus-demo-"+run), kafkaHolds(t, raw, "omnibus-demo-dlq-"+run, "")...)
+		}},
 		{"nats partitioned", func(t testing.TB) string {
 			cleanNATS(t, "demo_orders")
 			return serverURL(t, "nats://127.0.0.1:4222?partitions=4&lease_ttl=2s&rebalance_interval=100ms", "127.0.0.1:4222", startNATS)
-		}, true},
+		}, true, func(t testing.TB, raw, run string) []string {
+			return natsHolds(t, raw, "demo_orders_"+run, "omnibus-demo")
+		}},
 		{"rabbitmq partitioned", func(t testing.TB) string {
 			cleanRabbit(t, "demo.orders.")
 			return requireHashPlugin(t, serverURL(t, "amqp://guest:guest@127.0.0.1:5672/?partitions=4", "127.0.0.1:5672", startRabbit))
-		}, true},
+		}, true, func(t testing.TB, raw, run string) []string { return rabbitHolds(t, raw, "demo.orders."+run, "") }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,6 +165,7 @@ func TestDemoOnEveryTransport(t *testing.T) {
 			if strings.Contains(r.stdout, "guest:guest") {
 				t.Errorf("output shows the password:\n%s", r.stdout)
 			}
+			wantDemoRemoved(t, r, func(run string) []string { return tt.holds(t, raw, run) })
 		})
 	}
 }
