@@ -89,11 +89,12 @@
 // which the KCL ignores. The table of a group omnibus named itself (no
 // Group option) is deleted when its last member leaves.
 //
-// For tools, the connection (omnibus.Client.Driver) has DeleteTopic (the
-// stream, with its records) and DeleteGroup (the group's lease table, in
+// For tools, the connection (omnibus.Client.Driver) has TopicExists (the
+// stream, in any state), DeleteTopic (the stream, with its records) and
+// DeleteGroup (the group's lease table, in
 // DynamoDB apart from the stream), each waiting until the service no
 // longer knows it; a stream or table that does not exist is no error.
-// The CLI's bench removes what it made with them.
+// The CLI's bench and demo remove what they made with them.
 //
 // Every member is a KCL worker with its own identifier (the host's name
 // and a random suffix). Each failover_time / 2 it scans the table and

@@ -2,7 +2,8 @@ package kinesisbus
 
 // Streams: CreateTopic, making sure a stream exists before the first
 // publish or subscribe (creating dead-letter streams), listing a
-// stream's shards, and deleting a stream and a group's lease table. The
+// stream's shards, whether a stream exists, and deleting a stream and a
+// group's lease table. The
 // cache of streams seen is conn.mu's.
 
 import (
@@ -155,6 +156,22 @@ func (c *conn) listShards(ctx context.Context, stream string) ([]shardInfo, erro
 		}
 		in = &kinesis.ListShardsInput{NextToken: out.NextToken}
 	}
+}
+
+// TopicExists reports whether Kinesis knows stream, in any state
+// (CREATING, ACTIVE, UPDATING or DELETING).
+func (c *conn) TopicExists(ctx context.Context, stream string) (bool, error) {
+	if err := c.checkOpen("stream exists", stream); err != nil {
+		return false, err
+	}
+	_, err := c.kin.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(stream)})
+	switch {
+	case errorCode(err) == codeNotFound:
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("kinesisbus: stream exists %q: %w", stream, c.classify(err))
+	}
+	return true, nil
 }
 
 // DeleteTopic deletes stream, with its records and any consumers

@@ -74,11 +74,12 @@
 // no channel): there is no replay. Dead letters go to "<topic>.dlq" (by
 // default), a topic like any other, which keeps them until a channel
 // reads them. omnibus deletes no topic and no channel unless asked: for
-// tools, the connection (omnibus.Client.Driver) has DeleteTopic (the
-// topic, with its channels, on every nsqd) and DeleteGroup (the group's
+// tools, the connection (omnibus.Client.Driver) has TopicExists (an nsqd
+// holds the topic), DeleteTopic (the topic, with its channels, on every
+// nsqd) and DeleteGroup (the group's
 // channel, with the messages it holds, on every nsqd holding the topic);
-// a topic or group that does not exist is no error. The CLI's bench
-// removes what it made with them.
+// a topic or group that does not exist is no error. The CLI's bench and
+// demo remove what they made with them.
 //
 // # Messages on the wire
 //

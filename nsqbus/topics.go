@@ -1,7 +1,8 @@
 package nsqbus
 
-// Topics: deleting a topic from every nsqd, and a group's channel, through
-// nsqd's HTTP API. It runs on the caller's goroutine.
+// Topics: whether a topic exists, deleting a topic from every nsqd, and
+// a group's channel, through nsqd's HTTP API. It runs on the caller's
+// goroutine.
 
 import (
 	"context"
@@ -11,6 +12,36 @@ import (
 
 	"github.com/omnibus-go/omnibus/driver"
 )
+
+// TopicExists reports whether an nsqd holds topic (in lookup mode, one
+// registered with nsqlookupd for it), as its /stats says.
+func (c *conn) TopicExists(ctx context.Context, topic string) (bool, error) {
+	if err := c.checkOpen("topic exists", topic); err != nil {
+		return false, err
+	}
+	fail := func(err error) (bool, error) { return false, fmt.Errorf("nsqbus: topic exists %q: %w", topic, err) }
+	nsqTop, err := topicName(topic)
+	if err != nil {
+		return fail(err)
+	}
+	nodes, err := c.nodes(ctx, nsqTop)
+	if err != nil {
+		return fail(err)
+	}
+	q := url.Values{"format": {"json"}, "topic": {nsqTop}, "include_clients": {"false"}}
+	for _, n := range nodes {
+		var st statsReply
+		if err := c.get(ctx, n.http, "/stats", q, &st); err != nil {
+			return fail(fmt.Errorf("nsqd %s: %w", n.http, err))
+		}
+		for _, t := range st.Topics {
+			if t.Name == nsqTop {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
 
 // DeleteTopic deletes topic, with its channels and the messages they
 // hold, from every nsqd (in lookup mode every nsqd registered with

@@ -13,11 +13,12 @@ import (
 	"github.com/omnibus-go/omnibus"
 )
 
-// Remover is implemented by a transport's connection that removes a
-// topic, with its messages, and a consumer group's state on a topic; a
-// topic or group that does not exist is no error. The CLI's bench
-// removes what it made with it.
+// Remover is implemented by a transport's connection that tells whether
+// a topic exists and removes a topic, with its messages, and a consumer
+// group's state on a topic; a topic or group that does not exist is no
+// error. The CLI's bench and demo remove what they made with it.
 type Remover interface {
+	TopicExists(ctx context.Context, topic string) (bool, error)
 	DeleteTopic(ctx context.Context, topic string) error
 	DeleteGroup(ctx context.Context, topic, group string) error
 }
@@ -56,18 +57,27 @@ func ConsumeSome(t *testing.T, c *omnibus.Client, topic, group string, n int) {
 }
 
 // Remove removes group and then topic through c's connection, and does
-// it again: a second removal finds nothing and is no error. groupGone,
-// when not nil, runs between the first DeleteGroup and DeleteTopic, for
-// the test to check with its raw client that the group's state is gone
-// and the topic is not.
+// it again: a second removal finds nothing and is no error. TopicExists
+// says the topic is there before, and not after. groupGone, when not
+// nil, runs between the first DeleteGroup and DeleteTopic, for the test
+// to check with its raw client that the group's state is gone and the
+// topic is not.
 func Remove(t testing.TB, c *omnibus.Client, topic, group string, groupGone func()) {
 	t.Helper()
 	r, ok := c.Driver().(Remover)
 	if !ok {
-		t.Fatalf("the connection %T has no DeleteTopic and DeleteGroup", c.Driver())
+		t.Fatalf("the connection %T has no TopicExists, DeleteTopic and DeleteGroup", c.Driver())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	exists := func(want bool, when string) {
+		t.Helper()
+		if got, err := r.TopicExists(ctx, topic); err != nil || got != want {
+			t.Errorf("TopicExists(%q) %s = %v, %v; want %v", topic, when, got, err, want)
+		}
+	}
+	exists(true, "before DeleteTopic")
+	defer exists(false, "after DeleteTopic")
 	for i, again := range []string{"", " again"} {
 		if err := r.DeleteGroup(ctx, topic, group); err != nil {
 			t.Fatalf("DeleteGroup(%q, %q)%s: %v", topic, group, again, err)
