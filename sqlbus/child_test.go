@@ -64,12 +64,20 @@ func child() bool {
 	return true
 }
 
+// childConns bounds a child's connections: fewer than its handlers
+// running at once, so they also wait for a connection.
+const childConns = 6
+
 func runChild(ctx context.Context, cfg childConfig) error {
 	db, err := sql.Open(cfg.Driver, cfg.DSN)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	// A bounded pool, as a service would have: unbounded, the handlers
+	// of two scenarios' children at once took PostgreSQL past its
+	// max_connections of 100 ("sorry, too many clients already").
+	db.SetMaxOpenConns(childConns)
 	st, err := sqlbus.Open(ctx, db, cfg.Dialect, sqlbus.Prefix(cfg.Prefix))
 	if err != nil {
 		return err
