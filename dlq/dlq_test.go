@@ -66,12 +66,14 @@ type fixture struct {
 func setup(t *testing.T, tr observetest.Transport, n int, body func(int) []byte) *fixture {
 	t.Helper()
 	f := &fixture{ctx: ctxT(t, 3*time.Minute), ns: observetest.Namespace()}
-	f.c = observetest.Open(t, tr.URL(t, f.ns))
+	republished := &dlqtest.Republished{}
+	f.c = observetest.Open(t, tr.URL(t, f.ns), omnibus.WithHooks(republished))
 	f.topic, f.dead = f.ns+".orders", f.ns+".orders.dlq"
 	if err := f.c.CreateTopic(f.ctx, f.topic, 4); err != nil {
 		t.Fatal(err)
 	}
 	f.svc = dlqtest.Start(t, f.ctx, f.c, f.topic, "billing")
+	f.svc.Republished = republished
 	f.ids = f.svc.Publish(t, f.ctx, f.c, f.topic, n, body)
 	var err error
 	if f.q, err = dlq.New(f.c, f.dead); err != nil {
