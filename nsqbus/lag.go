@@ -167,17 +167,8 @@ func (n nodeStats) oldest(h hold) (time.Time, bool) {
 // channelStats reads the channel on every nsqd holding the topic. It
 // fails wrapping driver.ErrNotFound when no nsqd has the channel.
 func (c *conn) channelStats(ctx context.Context, topic, channel string) ([]nodeStats, error) {
-	nodes, err := c.nodes(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
 	var out []nodeStats
-	q := url.Values{"format": {"json"}, "topic": {topic}, "channel": {channel}, "include_clients": {"false"}}
-	for _, n := range nodes {
-		var st statsReply
-		if err := c.get(ctx, n.http, "/stats", q, &st); err != nil {
-			return nil, fmt.Errorf("nsqd %s: %w", n.http, err)
-		}
+	err := c.eachStats(ctx, topic, channel, func(n node, st *statsReply) {
 		for _, t := range st.Topics {
 			for _, ch := range t.Channels {
 				if t.Name == topic && ch.Name == channel {
@@ -186,9 +177,33 @@ func (c *conn) channelStats(ctx context.Context, topic, channel string) ([]nodeS
 				}
 			}
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no nsqd has channel %q of topic %q: %w", channel, topic, driver.ErrNotFound)
 	}
 	return out, nil
+}
+
+// eachStats reads /stats, for topic (and channel, when not ""), of every
+// nsqd holding topic, and calls f with each nsqd and its answer.
+func (c *conn) eachStats(ctx context.Context, topic, channel string, f func(node, *statsReply)) error {
+	nodes, err := c.nodes(ctx, topic)
+	if err != nil {
+		return err
+	}
+	q := url.Values{"format": {"json"}, "topic": {topic}, "include_clients": {"false"}}
+	if channel != "" {
+		q.Set("channel", channel)
+	}
+	for _, n := range nodes {
+		var st statsReply
+		if err := c.get(ctx, n.http, "/stats", q, &st); err != nil {
+			return fmt.Errorf("nsqd %s: %w", n.http, err)
+		}
+		f(n, &st)
+	}
+	return nil
 }

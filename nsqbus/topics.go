@@ -24,23 +24,16 @@ func (c *conn) TopicExists(ctx context.Context, topic string) (bool, error) {
 	if err != nil {
 		return fail(err)
 	}
-	nodes, err := c.nodes(ctx, nsqTop)
+	exists := false
+	err = c.eachStats(ctx, nsqTop, "", func(_ node, st *statsReply) {
+		for _, t := range st.Topics {
+			exists = exists || t.Name == nsqTop
+		}
+	})
 	if err != nil {
 		return fail(err)
 	}
-	q := url.Values{"format": {"json"}, "topic": {nsqTop}, "include_clients": {"false"}}
-	for _, n := range nodes {
-		var st statsReply
-		if err := c.get(ctx, n.http, "/stats", q, &st); err != nil {
-			return fail(fmt.Errorf("nsqd %s: %w", n.http, err))
-		}
-		for _, t := range st.Topics {
-			if t.Name == nsqTop {
-				return true, nil
-			}
-		}
-	}
-	return false, nil
+	return exists, nil
 }
 
 // DeleteTopic deletes topic, with its channels and the messages they
