@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"strings"
-	"time"
 )
 
 // SpecVersion is the CloudEvents version the transports write.
@@ -98,7 +97,7 @@ func (b *Binding) Encode(m *Message, set func(name, value string)) {
 		}
 	}
 	if !m.Time.IsZero() {
-		set(b.names[attrTime], m.Time.UTC().Format(time.RFC3339Nano))
+		set(b.names[attrTime], FormatTime(m.Time))
 	}
 	if m.ContentType != "" && b.contentType != "" {
 		set(b.contentType, m.ContentType)
@@ -157,7 +156,7 @@ func setAttribute(m *Message, attr, value string) {
 	case attrNames[attrSource]:
 		m.Source = value
 	case attrNames[attrTime]:
-		if t, err := time.Parse(time.RFC3339Nano, value); err == nil {
+		if t, err := ParseTime(value); err == nil {
 			m.Time = t
 		}
 	case attrNames[attrDataContentType]:

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"maps"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
@@ -58,7 +57,7 @@ func encode(m *driver.Message) ([]byte, error) {
 		}
 	}
 	if !m.Time.IsZero() {
-		ev["time"] = m.Time.UTC().Format(time.RFC3339Nano)
+		ev["time"] = driver.FormatTime(m.Time)
 	}
 	var other map[string]string
 	for k, v := range m.Headers {

@@ -12,7 +12,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strings"
-	"time"
 	"unicode/utf8"
 	"unsafe"
 
@@ -34,19 +33,6 @@ const headersAttr = "omnibusheaders"
 // header named as an attribute, headersAttr for the others, and the body
 // (encodeBody). Attributes that are empty are left out.
 func encode(dst []byte, m *driver.Message) []byte {
-	var e encoder
-	return e.encode(dst, m)
-}
-
-// encoder encodes the messages of one Publish: it keeps the text of the
-// last second it wrote a time of, which the messages of a batch share.
-type encoder struct {
-	sec    int64
-	n      int      // the length of prefix in use: 0 before the first time
-	prefix [24]byte // "2006-01-02T15:04:05" of sec
-}
-
-func (e *encoder) encode(dst []byte, m *driver.Message) []byte {
 	dst = append(dst, `{"specversion":"1.0","id":`...)
 	dst = appendString(dst, m.ID)
 	for _, a := range [...]struct{ name, value string }{
@@ -59,7 +45,7 @@ func (e *encoder) encode(dst []byte, m *driver.Message) []byte {
 	}
 	if !m.Time.IsZero() {
 		dst = append(dst, `,"time":"`...)
-		dst = e.appendTime(dst, m.Time)
+		dst = driver.AppendTime(dst, m.Time)
 		dst = append(dst, '"')
 	}
 	var other map[string]string
@@ -108,35 +94,6 @@ func encodeBody(dst []byte, m *driver.Message) []byte {
 	dst = append(dst, `,"data_base64":"`...)
 	dst = base64.StdEncoding.AppendEncode(dst, m.Body)
 	return append(dst, '"')
-}
-
-// appendTime appends t in UTC as RFC 3339 with the nanoseconds that are
-// not 0, as time.RFC3339Nano writes it; the text up to the seconds is
-// made once per second.
-func (e *encoder) appendTime(dst []byte, t time.Time) []byte {
-	t = t.UTC()
-	sec := t.Unix()
-	if e.n == 0 || sec != e.sec {
-		e.sec, e.n = sec, len(t.Truncate(time.Second).AppendFormat(e.prefix[:0], "2006-01-02T15:04:05"))
-	}
-	if e.n != len("2006-01-02T15:04:05") { // a year beyond 9999, or before 0
-		return t.AppendFormat(dst, time.RFC3339Nano)
-	}
-	dst = append(dst, e.prefix[:e.n]...)
-	if ns := t.Nanosecond(); ns != 0 {
-		var frac [10]byte
-		frac[0] = '.'
-		for i := 9; i >= 1; i-- {
-			frac[i] = byte('0' + ns%10)
-			ns /= 10
-		}
-		n := 10
-		for frac[n-1] == '0' {
-			n--
-		}
-		dst = append(dst, frac[:n]...)
-	}
-	return append(dst, 'Z')
 }
 
 // unsafeString is b as a string without a copy, for reading only while

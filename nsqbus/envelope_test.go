@@ -130,22 +130,6 @@ func testBatches(t *testing.T, bin bool) {
 	}
 }
 
-// TestEnvelopeTime: the time is written as time.RFC3339Nano writes it,
-// across seconds, fractions with trailing zeros, and years RFC 3339's
-// four digits cannot hold.
-func TestEnvelopeTime(t *testing.T) {
-	var e encoder
-	base := time.Date(2026, 12, 3, 23, 59, 59, 0, time.FixedZone("x", 3600))
-	for _, d := range []time.Duration{0, 1, 10, 100_000, 123_456_789, 999_999_999, time.Second, time.Second + 5000, 90 * time.Minute} {
-		for _, at := range []time.Time{base.Add(d), base.Add(d), time.Unix(-1, int64(d%time.Second)), time.Date(12000, 1, 1, 0, 0, 0, int(d%time.Second), time.UTC)} {
-			want := at.UTC().Format(time.RFC3339Nano)
-			if got := string(e.appendTime(nil, at)); got != want {
-				t.Errorf("appendTime(%v) = %s, want %s", at, got, want)
-			}
-		}
-	}
-}
-
 // TestEnvelopeTextBody: a text body travels as a JSON string where that
 // is no larger than base64, and in base64 where it is (escapes) or
 // must be (not UTF-8); both read back the same.

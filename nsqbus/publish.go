@@ -200,7 +200,6 @@ func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error,
 	// size; a message that does not fit starts the next batch.
 	newBatch := func() *batch { return getBatch(min(left, c.limits.maxBody)) }
 	cur := newBatch()
-	var enc encoder
 	for i, m := range msgs {
 		left -= est(m)
 		start := len(cur.body)
@@ -208,7 +207,7 @@ func (c *conn) encodeBatches(topic string, msgs []*driver.Message, errs []error,
 		if c.cfg.binary {
 			cur.body = encodeBinary(cur.body, m)
 		} else {
-			cur.body = enc.encode(cur.body, m)
+			cur.body = encode(cur.body, m)
 		}
 		n := len(cur.body) - start - 4
 		if n > c.limits.maxMsg {

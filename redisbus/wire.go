@@ -8,7 +8,6 @@ package redisbus
 
 import (
 	"fmt"
-	"time"
 	"unsafe"
 
 	"github.com/omnibus-go/omnibus/driver"
@@ -81,7 +80,7 @@ func decodeField(d *driver.Delivery, k, s string) {
 	case "ce_id":
 		d.ID = s
 	case "ce_time":
-		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		if t, err := driver.ParseTime(s); err == nil {
 			d.Time = t
 		}
 	default:
