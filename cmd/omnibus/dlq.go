@@ -136,11 +136,11 @@ func parseWhen(flag, s string, now time.Time) (time.Time, error) {
 // openDLQ checks the flags and opens the dead letters of o.topic. RabbitMQ
 // URLs are opened with mandatory=true unless they say otherwise, so that
 // a replay to an exchange without queues fails rather than vanishes.
-func (a *app) openDLQ(ctx context.Context, cmd string, o dlqOptions) (*dlq.Queue, func(), error) {
+func (a *app) openDLQ(ctx context.Context, cmd string, o dlqOptions, opts ...omnibus.Option) (*dlq.Queue, func(), error) {
 	if o.topic == "" {
 		return nil, nil, usagef("dlq %s: --topic is required", cmd)
 	}
-	c, err := a.open(ctx, mandatoryURL(a.resolveURL(o.url)))
+	c, err := a.open(ctx, mandatoryURL(a.resolveURL(o.url)), opts...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -380,7 +380,9 @@ func (a *app) dlqReplayCmd() *cobra.Command {
 came from (or --to), and removes them from the dead-letter topic (see
 omnibus dlq --help). Select them with --id, the filters, or --all. It
 prints progress on standard error and a summary at the end (--json: one
-object with read, selected, replayed, moved, no_topic, full).`,
+object with read, selected, replayed, moved, no_topic, full, and
+republished: messages published again after an error that left the
+outcome unknown, each of which may arrive twice).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.dlqRun(cmd.Context(), "replay", o, to)
@@ -420,8 +422,11 @@ type progressJSON struct {
 	Moved    int    `json:"moved"`
 	NoTopic  int    `json:"no_topic"`
 	Full     bool   `json:"full"`
-	Stopped  bool   `json:"stopped,omitempty"`
-	Error    string `json:"error,omitempty"`
+	// Republished counts messages published again after an error that
+	// left their outcome unknown: each may have landed twice.
+	Republished int64  `json:"republished,omitempty"`
+	Stopped     bool   `json:"stopped,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // dlqRun replays (to to) or deletes the selected dead letters.
@@ -436,7 +441,8 @@ func (a *app) dlqRun(ctx context.Context, verb string, o dlqOptions, to string) 
 	if !f.IsZero() && o.filter.all {
 		return usagef("dlq %s: --all selects every dead letter: give it without filters", verb)
 	}
-	q, done, err := a.openDLQ(ctx, verb, o)
+	var retried retryCount
+	q, done, err := a.openDLQ(ctx, verb, o, omnibus.WithHooks(&retried))
 	if err != nil {
 		return err
 	}
@@ -453,14 +459,14 @@ func (a *app) dlqRun(ctx context.Context, verb string, o dlqOptions, to string) 
 	stopped := errors.Is(err, context.Canceled) && ctx.Err() != nil
 	if o.json {
 		out := progressJSON{Topic: q.Topic(), Read: p.Read, Selected: p.Selected, Replayed: p.Replayed, Deleted: p.Deleted,
-			Moved: p.Moved, NoTopic: p.NoTopic, Full: p.Full, Stopped: stopped}
+			Moved: p.Moved, NoTopic: p.NoTopic, Full: p.Full, Stopped: stopped, Republished: retried.Load()}
 		if err != nil && !stopped {
 			out.Error = omnibus.Redact(err.Error(), a.rawURL)
 		}
 		b, _ := json.Marshal(out)
 		fmt.Fprintf(a.stdout, "%s\n", b)
 	} else {
-		fmt.Fprintln(a.stdout, summary(verb, q.Topic(), p))
+		fmt.Fprintln(a.stdout, summary(verb, q.Topic(), p, retried.Load()))
 	}
 	switch {
 	case stopped:
@@ -483,8 +489,9 @@ func pastTense(verb string) string {
 	return "deleted"
 }
 
-// summary is the one-line result of a replay or a delete.
-func summary(verb, topic string, p dlq.Progress) string {
+// summary is the one-line result of a replay or a delete, of which
+// republished messages were published again after an error.
+func summary(verb, topic string, p dlq.Progress, republished int64) string {
 	var sb strings.Builder
 	if verb == "replay" {
 		fmt.Fprintf(&sb, "replayed %d", p.Replayed)
@@ -500,6 +507,9 @@ func summary(verb, topic string, p dlq.Progress) string {
 	}
 	if p.NoTopic > 0 {
 		fmt.Fprintf(&sb, "; %d left: they name no origin topic (give --to)", p.NoTopic)
+	}
+	if republished > 0 {
+		fmt.Fprintf(&sb, "; %d published again after an error left the outcome unknown: each may arrive twice", republished)
 	}
 	return sb.String()
 }

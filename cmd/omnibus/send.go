@@ -96,15 +96,19 @@ type sendStats struct {
 	sent        int          // the transport confirmed them
 	failed      int          // the transport refused them: they did not land
 	unconfirmed int          // the publish ended without an answer: they may have landed
-	retried     atomic.Int64 // messages published again (see OnPublishRetry)
+	retried     retryCount // messages published again
 	firstErr    error
 	start       time.Time
 }
 
-// OnPublishRetry counts the messages Publish tries again (a broker
-// restarting, a leader moving): send rides through them and says how
-// many there were.
-func (st *sendStats) OnPublishRetry(r omnibus.PublishRetry) { st.retried.Add(int64(len(r.IDs))) }
+// retryCount is a publish-retry hook that counts the messages a client
+// publishes again after an error (a broker restarting, a leader moving,
+// an answer cut off): a command rides through them and says how many
+// there were, as each may have landed twice.
+type retryCount struct{ atomic.Int64 }
+
+// OnPublishRetry implements omnibus.PublishRetryHook.
+func (r *retryCount) OnPublishRetry(p omnibus.PublishRetry) { r.Add(int64(len(p.IDs))) }
 
 // sendGrace is how long a publish in flight may still take after Ctrl-C,
 // so that send learns whether its messages landed.
@@ -201,7 +205,7 @@ func (a *app) send(ctx context.Context, cmd *cobra.Command, o sendOptions) error
 		return err
 	}
 	st := &sendStats{}
-	c, err := a.open(ctx, o.url, omnibus.WithHooks(st))
+	c, err := a.open(ctx, o.url, omnibus.WithHooks(&st.retried))
 	if err != nil {
 		return err
 	}
