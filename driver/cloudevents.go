@@ -119,6 +119,12 @@ func (b *Binding) Encode(m *Message, set func(name, value string)) {
 // name is not one (ce_trace-id) is dropped: no CloudEvents producer can
 // have meant it. A time that does not parse is ignored.
 func (b *Binding) Decode(m *Message, name, value string) {
+	for i := range b.names { // the names as the binding writes them: most headers
+		if name == b.names[i] {
+			setAttribute(m, attrNames[i], value)
+			return
+		}
+	}
 	attr, ok := b.attribute(name)
 	if !ok {
 		if strings.EqualFold(name, headerContentType) {
