@@ -1,11 +1,14 @@
 package kafkabus_test
 
 import (
+	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/omnibus-go/omnibus/transporttest"
@@ -78,5 +81,77 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 	})
 	if topicExists("kept") {
 		t.Error("topic kept exists after DeleteTopic")
+	}
+}
+
+// TestDeleteGroupWithMember: DeleteGroup refuses a group with a member
+// running, and leaves its committed offsets; the member goes on
+// consuming, and once it stopped DeleteGroup removes the group. kfake
+// answers as Kafka does: DeleteGroups with NON_EMPTY_GROUP (Kafka's
+// GroupNotEmptyException, kerr.NonEmptyGroup) while the group has a
+// member, and OffsetDelete, for a group with offsets on another topic
+// too, with GROUP_SUBSCRIBED_TO_TOPIC for the topic a member consumes.
+func TestDeleteGroupWithMember(t *testing.T) {
+	for name, tc := range map[string]struct {
+		other  bool // the group has offsets on another topic too
+		refuse *kerr.Error
+	}{
+		"whole group":    {false, kerr.NonEmptyGroup},
+		"offsets on one": {true, kerr.GroupSubscribedToTopic},
+	} {
+		t.Run(name, func(t *testing.T) {
+			kc := newCluster(t)
+			c := open(t, clusterURL(kc, ""))
+			ctx := ctxT(t)
+			cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cl.Close)
+			adm := kadm.NewClient(cl)
+			// offsets lists the group's committed offsets, by topic.
+			offsets := func() map[string]int64 {
+				t.Helper()
+				os, err := adm.FetchOffsets(ctx, "g")
+				if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+					t.Fatal(err)
+				}
+				sum := map[string]int64{}
+				os.Each(func(o kadm.OffsetResponse) { sum[o.Topic] += o.At })
+				return sum
+			}
+			for _, topic := range []string{"busy", "other"} {
+				if err := c.CreateTopic(ctx, topic, 3); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.other {
+				transporttest.ConsumeSome(t, c, "other", "g", 30)
+			}
+			transporttest.DeleteUnderMember(t, c, "busy", "g", 30, transporttest.Busy{
+				Refused: func(err error) bool { return errors.Is(err, tc.refuse) },
+				Deleted: func() {
+					if got := offsets(); got["busy"] != 30 {
+						t.Errorf("after the refused DeleteGroup: the group's offsets %v; want the 30 records of busy committed", got)
+					}
+				},
+				Gone: func() {
+					want := map[string]int64{}
+					if tc.other {
+						want["other"] = 30
+					}
+					if got := offsets(); !maps.Equal(got, want) {
+						t.Errorf("after DeleteGroup of the stopped member: the group's offsets %v; want %v", got, want)
+					}
+					ls, err := adm.ListGroups(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if has := slices.Contains(ls.Groups(), "g"); has != tc.other {
+						t.Errorf("after DeleteGroup of the stopped member: group g listed %v; want %v", has, tc.other)
+					}
+				},
+			})
+		})
 	}
 }

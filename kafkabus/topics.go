@@ -58,8 +58,10 @@ func (c *conn) DeleteTopic(ctx context.Context, topic string) error {
 // DeleteGroup deletes group's committed offsets on topic: the whole group
 // when it has offsets on no other topic, else its offsets on topic alone
 // (Kafka's OffsetDelete). A group that does not exist is no error; one
-// with members is (GroupNotEmpty, or GroupSubscribedToTopic). The CLI's
-// bench removes its group with it.
+// with a member running is, and keeps its offsets: the error wraps
+// kerr.NonEmptyGroup (Kafka's GroupNotEmptyException) or, for a group
+// with offsets on another topic too, kerr.GroupSubscribedToTopic. The
+// CLI's bench removes its group with it.
 func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
 	if err := c.checkOpen("delete group", topic); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/omnibus-go/omnibus"
 )
@@ -88,5 +89,92 @@ func Remove(t testing.TB, c *omnibus.Client, topic, group string, groupGone func
 		if err := r.DeleteTopic(ctx, topic); err != nil {
 			t.Fatalf("DeleteTopic(%q)%s: %v", topic, again, err)
 		}
+	}
+}
+
+// Busy is what a transport's DeleteGroup promises for a group with a
+// member running, for DeleteUnderMember to check.
+type Busy struct {
+	// Refused, when set, is the transport's refusal: DeleteGroup with a
+	// member running must return an error it accepts, and leave the
+	// group as it was (Kafka: GroupNotEmpty). When nil, DeleteGroup must
+	// delete the group under the member and return nil.
+	Refused func(err error) bool
+	// Deleted, when set, runs after that first DeleteGroup, the member
+	// still running, for the test to check with its raw client what the
+	// server has of the group (Kafka: the committed offsets are all
+	// there).
+	Deleted func()
+	// Back, when set, tells whether the member has its state on the
+	// server again after the deletion; messages are published once it
+	// does. It is for a transport whose server drops what arrives while
+	// the group has no state to take it (RabbitMQ: a message no queue
+	// takes), a window the member's re-declaring closes. Without it,
+	// messages are published at once, and none may be lost.
+	Back func() bool
+	// Gone runs after the member stopped and DeleteGroup ran again, for
+	// the test to check with its raw client that nothing of the group is
+	// left on the server.
+	Gone func()
+}
+
+// DeleteUnderMember deletes group's state on topic through c's
+// connection while a member of group runs: the member handles n
+// messages, DeleteGroup runs (refused, or deleting the group, as b
+// says), n more are published, and the member must handle every one of
+// them (messages it had handled may come again). Then the member stops,
+// and DeleteGroup, run again, must succeed and leave nothing (b.Gone).
+// The group and the topic are removed at cleanup whatever happens.
+func DeleteUnderMember(t *testing.T, c *omnibus.Client, topic, group string, n int, b Busy) {
+	t.Helper()
+	r, ok := c.Driver().(Remover)
+	if !ok {
+		t.Fatalf("the connection %T has no TopicExists, DeleteTopic and DeleteGroup", c.Driver())
+	}
+	t.Cleanup(func() { // after the member's own cleanup, which stops it
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := r.DeleteGroup(ctx, topic, group); err != nil {
+			t.Errorf("cleanup: DeleteGroup(%q, %q): %v", topic, group, err)
+		}
+		if err := r.DeleteTopic(ctx, topic); err != nil {
+			t.Errorf("cleanup: DeleteTopic(%q): %v", topic, err)
+		}
+	})
+	ctx := ctxT(t)
+	col := newCollector()
+	start := omnibus.StartLatest
+	if c.Capabilities().Replay {
+		start = omnibus.StartEarliest
+	}
+	k, err := c.Subscribe(ctx, topic, col.handler, omnibus.Group(group), omnibus.StartFrom(start))
+	if err != nil {
+		t.Fatalf("Subscribe(%q, group %q): %v", topic, group, err)
+	}
+	stop := run(t, k)
+	col.await(t, publishN(t, c, topic, n, 4, 8))
+	awaitNoLag(t, k) // settled and committed: the group has its state
+
+	err = r.DeleteGroup(ctx, topic, group)
+	switch {
+	case b.Refused == nil && err != nil:
+		t.Fatalf("DeleteGroup(%q, %q) with a member running: %v; want it deleted under the member", topic, group, err)
+	case b.Refused != nil && !b.Refused(err):
+		t.Errorf("DeleteGroup(%q, %q) with a member running: %v; want it refused", topic, group, err)
+	}
+	if b.Deleted != nil {
+		b.Deleted()
+	}
+	if b.Back != nil {
+		Eventually(t, 15*time.Second, b.Back, func() string { return "the member did not declare its state again" })
+	}
+	col.awaitWithin(t, 15*time.Second, publishN(t, c, topic, n, 4, 8))
+	stop()
+
+	if err := r.DeleteGroup(ctx, topic, group); err != nil {
+		t.Fatalf("DeleteGroup(%q, %q) after the member stopped: %v", topic, group, err)
+	}
+	if b.Gone != nil {
+		b.Gone()
 	}
 }
