@@ -46,3 +46,27 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestDeleteGroupWithMember: DeleteGroup under a running member deletes
+// the group's channel (nsqd closes the member's connections on it); the
+// member subscribes again, which creates the channel again, and loses
+// nothing published after: a topic without a channel keeps its messages
+// for the first channel to come. Once the member stopped, DeleteGroup
+// leaves the topic without the channel, as nsqd's /stats shows.
+func TestDeleteGroupWithMember(t *testing.T) {
+	n, _ := cluster(t)
+	c := open(t, directURL(t))
+	topic, group := "busy-"+omnibus.NewID()[12:], "g"
+	t.Cleanup(func() { deleteTopic(t, topic) })
+	transporttest.DeleteUnderMember(t, c, topic, group, 30, transporttest.Busy{
+		Gone: func() {
+			channels, err := nsqtest.Channels(n.HTTPAddr(), topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(channels) > 0 {
+				t.Errorf("after DeleteGroup of the stopped member: channels %v; want none", channels)
+			}
+		},
+	})
+}

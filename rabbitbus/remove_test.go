@@ -92,3 +92,91 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestDeleteGroupWithMember: DeleteGroup under a running member,
+// unpartitioned and partitioned, deletes the group's queues (RabbitMQ
+// cancels the member's consumers); the member declares and binds them
+// again and gets everything published once it consumes them. What is published before, with
+// no queue bound to take it, the exchange drops: that window is the
+// doc's. Once the member stopped, DeleteGroup leaves nothing of the
+// group, as passive declares on a raw connection see.
+func TestDeleteGroupWithMember(t *testing.T) {
+	for name, params := range map[string]string{"unpartitioned": "", "partitioned": "partitions=3&rebalance=500ms"} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			c := open(ctx, t, params)
+			dc := c.Driver().(*conn)
+			topic, group := "busy-"+omnibus.NewID()[12:], "g"
+			if err := c.CreateTopic(ctx, topic, 3); err != nil {
+				t.Fatal(err)
+			}
+			ac, _ := rawChannel(t)
+			t.Cleanup(func() { _ = ac.Close() })
+			// exists tells, by a passive declare on a channel of its own,
+			// whether the exchange ("x") or queue ("q") is on the server.
+			exists := func(kind, name string) bool {
+				t.Helper()
+				ch, err := ac.Channel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ch.Close()
+				if kind == "x" {
+					err = ch.ExchangeDeclarePassive(name, "x-consistent-hash", true, false, false, false, nil)
+				} else {
+					_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+				}
+				var ae *amqp.Error
+				if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+					return false
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return true
+			}
+			var state []string
+			for _, q := range dc.groupQueues(topic, group) {
+				state = append(state, "q:"+q)
+			}
+			if params != "" {
+				state = append(state, "x:"+hashExchange(topic, group))
+			}
+			left := func() []string {
+				var have []string
+				for _, n := range state {
+					if exists(n[:1], n[2:]) {
+						have = append(have, n)
+					}
+				}
+				return have
+			}
+			// consumed tells whether every queue of the group is there
+			// with a consumer on it: the member declared and bound it
+			// again (declared alone, it takes nothing yet).
+			consumed := func() bool {
+				for _, q := range dc.groupQueues(topic, group) {
+					ch, err := ac.Channel()
+					if err != nil {
+						t.Fatal(err)
+					}
+					st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+					_ = ch.Close()
+					if err != nil || st.Consumers == 0 {
+						return false
+					}
+				}
+				return true
+			}
+			transporttest.DeleteUnderMember(t, c, topic, group, 30, transporttest.Busy{
+				Back: func() bool { return consumed() && len(left()) == len(state) },
+				Gone: func() {
+					if have := left(); len(have) > 0 {
+						t.Errorf("after DeleteGroup of the stopped member: %v left; want nothing", have)
+					}
+				},
+			})
+		})
+	}
+}

@@ -283,8 +283,11 @@ func (c *conn) DeleteTopic(ctx context.Context, topic string) error {
 // exchange (the URL's partitions deciding, as for GroupMembers), and every
 // retry queue it can have. For the group named after a dead-letter topic
 // that is the queue keeping the topic's dead letters. Queues that do not
-// exist are no error; members still running declare theirs again. The
-// CLI's bench removes its group with it.
+// exist are no error; members still running declare theirs again (the
+// server cancels their consumers), and what is published before they
+// have, no queue takes: the exchange drops it (with mandatory=true,
+// Publish fails with ErrUnroutable). The CLI's bench removes its group
+// with it.
 func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
 	if err := c.checkOpen("delete group", topic); err != nil {
 		return err

@@ -2,6 +2,7 @@ package redisbus_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -109,6 +110,61 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 			if k := keys(); len(k) > 0 {
 				t.Errorf("after DeleteTopic: keys %v left", k)
 			}
+		})
+	}
+}
+
+// TestDeleteGroupWithMember: DeleteGroup under a running member,
+// unpartitioned and partitioned, destroys the group on the topic's
+// streams and deletes its keys; the member creates the group again and
+// loses nothing published after (the streams keep it). Once the member
+// stopped, DeleteGroup leaves no group on the streams and no key of the
+// group, as a raw client sees them.
+func TestDeleteGroupWithMember(t *testing.T) {
+	for name, params := range map[string]string{"unpartitioned": "", "partitioned": partitionedParams} {
+		t.Run(name, func(t *testing.T) {
+			u := serverURL(t)
+			c := open(t, with(u, params))
+			rdb := raw(t, u)
+			topic, group := topicName(t, u), "busy"
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			t.Cleanup(cancel)
+			if err := c.CreateTopic(ctx, topic, 3); err != nil {
+				t.Fatal(err)
+			}
+			streams := []string{topic}
+			if params != "" {
+				streams = []string{topic + ":0", topic + ":1", topic + ":2"}
+			}
+			transporttest.DeleteUnderMember(t, c, topic, group, 30, transporttest.Busy{
+				Gone: func() {
+					var left []string
+					for _, s := range streams {
+						info, err := rdb.XInfoGroups(ctx, s).Result()
+						if err != nil && !strings.Contains(err.Error(), "no such key") {
+							t.Fatal(err)
+						}
+						for _, g := range info {
+							left = append(left, s+" group "+g.Name)
+						}
+					}
+					// The group's keys all hold its name; the topic's own
+					// keys (streams, layout) do not.
+					it := rdb.Scan(ctx, 0, topic+"*"+group+"*", 1000).Iterator()
+					for it.Next(ctx) {
+						left = append(left, it.Val())
+					}
+					if err := it.Err(); err != nil {
+						t.Fatal(err)
+					}
+					if h, err := rdb.HKeys(ctx, topic+":positions").Result(); err != nil || len(h) > 0 {
+						left = append(left, fmt.Sprintf("positions %v (%v)", h, err))
+					}
+					if len(left) > 0 {
+						t.Errorf("after DeleteGroup of the stopped member: %v left; want nothing of the group", left)
+					}
+				},
+			})
 		})
 	}
 }
