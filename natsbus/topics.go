@@ -236,9 +236,14 @@ func (c *conn) DeleteTopic(ctx context.Context, topic string) error {
 // DeleteGroup deletes what the server keeps of group on topic: its
 // durable consumer (one per partition of a partitioned topic, the
 // stream's layout deciding), its positions bucket and its lease bucket.
-// A group or topic that does not exist is no error. Members still
-// running would create them again. The CLI's bench removes its group
-// with it.
+// A group or topic that does not exist is no error. Delete the group of
+// stopped members: a member still running creates its consumer again
+// but not the buckets, which only Subscribe creates, and stalls: an
+// unpartitioned member's reads of its deleted positions bucket time out
+// (it re-creates its consumer at the recorded position, and keeps
+// trying), and a partitioned member cannot renew or claim leases, so
+// its lanes stop. The CLI's bench removes its group with it, after its
+// consumers stopped.
 func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
 	if err := c.checkOpen("delete group", topic); err != nil {
 		return err
