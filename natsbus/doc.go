@@ -144,7 +144,7 @@
 // buckets, which outlive the stream: delete a topic's groups before the
 // topic); a topic or group that does not exist is no error. Delete the
 // group of stopped members: a member still running re-creates a deleted
-// consumer but not the buckets, and stalls without them (see
+// consumer but not the buckets, and can stall without them (see
 // DeleteGroup). The CLI's bench removes what it made with them.
 //
 // # Partitioned mode

@@ -238,7 +238,7 @@ func (c *conn) DeleteTopic(ctx context.Context, topic string) error {
 // stream's layout deciding), its positions bucket and its lease bucket.
 // A group or topic that does not exist is no error. Delete the group of
 // stopped members: a member still running creates its consumer again
-// but not the buckets, which only Subscribe creates, and stalls: an
+// but not the buckets, which only Subscribe creates, and can stall: an
 // unpartitioned member's reads of its deleted positions bucket time out
 // (it re-creates its consumer at the recorded position, and keeps
 // trying), and a partitioned member cannot renew or claim leases, so
