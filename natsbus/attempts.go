@@ -96,7 +96,7 @@ func (p *positions) countRun(ctx context.Context, seq uint64) (int, error) {
 // behind only takes room.
 func (p *positions) forgetRuns(ctx context.Context, seqs []uint64) {
 	for _, seq := range seqs {
-		_ = p.kv.Delete(ctx, runKey(seq))
+		_ = p.bucket().Delete(ctx, runKey(seq))
 	}
 }
 

@@ -129,6 +129,11 @@ func (s *sub) consumer(ctx context.Context, lane string) (jetstream.Consumer, er
 		if !errors.Is(err, jetstream.ErrConsumerNotFound) || s.pos == nil {
 			return nil, fmt.Errorf("consumer %q of stream %q: %w", name, s.ref.name, classify(err))
 		}
+		// The group's state deleted (DeleteGroup under a running member)
+		// takes the positions bucket too.
+		if err := s.pos.restore(ctx); err != nil {
+			return nil, err
+		}
 		next, _, ok, err := s.pos.get(ctx, lane)
 		if err != nil {
 			return nil, err

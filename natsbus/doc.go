@@ -142,10 +142,11 @@
 // DeleteTopic (the topic's stream, with its messages and consumers) and
 // DeleteGroup (the group's consumers and its positions and lease
 // buckets, which outlive the stream: delete a topic's groups before the
-// topic); a topic or group that does not exist is no error. Delete the
-// group of stopped members: a member still running re-creates a deleted
-// consumer but not the buckets, and can stall without them (see
-// DeleteGroup). The CLI's bench removes what it made with them.
+// topic); a topic or group that does not exist is no error. An
+// unpartitioned group's running members create their consumer and
+// positions bucket again; a partitioned group's stall without their
+// lease bucket: delete it once they stopped (see DeleteGroup). The CLI's
+// bench removes what it made with them.
 //
 // # Partitioned mode
 //

@@ -105,6 +105,12 @@ func (s *sub) recordLane(ctx context.Context, r *reader) {
 		s.mu.Unlock()
 	}
 	if next, ok := resumeSeq(info); ok {
-		_ = s.pos.raise(ctx, r.lane, next)
+		if err := s.pos.raise(ctx, r.lane, next); err != nil {
+			// The bucket may have been deleted after the consumer was
+			// created again: the next record finds it restored.
+			rctx, cancel := context.WithTimeout(context.Background(), recordEvery)
+			_ = s.pos.restore(rctx)
+			cancel()
+		}
 	}
 }

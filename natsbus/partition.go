@@ -70,7 +70,7 @@ func (c *conn) subscribePartitioned(ctx context.Context, topic string, ref *stre
 				_ = c.js.DeleteConsumer(ctx, ref.name, s.consumerName(lane))
 			}
 			_ = c.js.DeleteKeyValue(ctx, kv.Bucket())
-			_ = c.js.DeleteKeyValue(ctx, s.pos.kv.Bucket())
+			_ = c.js.DeleteKeyValue(ctx, s.pos.cfg.Bucket)
 		}
 	}
 	s.startKeeper()

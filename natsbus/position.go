@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,14 +27,24 @@ import (
 // reset) is created again where the group left off, never at the end of
 // the stream.
 //
+// The bucket itself may be deleted behind the group's back (DeleteGroup
+// under a running member, an operator): restore creates it again, empty,
+// when the member finds its consumer gone or a record fails, so that the
+// member goes on, with redeliveries from the stream's first message
+// rather than a loss.
+//
 // The record only rises: a write lower than what is stored is dropped,
 // so a stale writer (a member whose lease ran out) cannot move it back. It
 // may lag behind the consumer (it is written every recordEvery, when a
 // member leaves or hands a lane over, and before a reset), which costs
 // redeliveries after a consumer is re-created, never a loss.
 type positions struct {
-	kv      jetstream.KeyValue
-	created time.Time // the stream's creation: records of an older stream of the same name are ignored
+	c       *conn
+	cfg     jetstream.KeyValueConfig // what restore creates
+	created time.Time                // the stream's creation: records of an older stream of the same name are ignored
+
+	mu sync.Mutex
+	kv jetstream.KeyValue // the bucket as last opened; see bucket
 }
 
 // recordEvery is how often a member records the position of the lanes it
@@ -70,14 +81,35 @@ func decodePosition(b []byte, created time.Time) (next uint64, ok bool) {
 
 // positions opens, or creates, the bucket of group's positions on ref.
 func (c *conn) positions(ctx context.Context, ref *streamRef, group string) (*positions, error) {
-	kv, err := c.bucket(ctx, jetstream.KeyValueConfig{
+	p := &positions{c: c, created: ref.created, cfg: jetstream.KeyValueConfig{
 		Bucket:      positionBucket(ref.name, group),
 		Description: "omnibus positions of group " + group + " on stream " + ref.name,
-	})
-	if err != nil {
+	}}
+	if err := p.restore(ctx); err != nil {
 		return nil, err
 	}
-	return &positions{kv: kv, created: ref.created}, nil
+	return p, nil
+}
+
+// bucket is the positions' KV bucket as last opened.
+func (p *positions) bucket() jetstream.KeyValue {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.kv
+}
+
+// restore opens the bucket again, creating it (empty) when it does not
+// exist. Looking a bucket up answers at once, where a read of the keys
+// of a deleted bucket may get no answer before ctx ends.
+func (p *positions) restore(ctx context.Context) error {
+	kv, err := p.c.bucket(ctx, p.cfg)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.kv = kv
+	p.mu.Unlock()
+	return nil
 }
 
 // bucket opens the KV bucket cfg names, or creates it as cfg says, with
@@ -100,12 +132,12 @@ func (c *conn) bucket(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstr
 // get returns lane's recorded position and the key's revision; ok is
 // false when there is none for this stream.
 func (p *positions) get(ctx context.Context, lane string) (next, rev uint64, ok bool, err error) {
-	e, err := p.kv.Get(ctx, positionKey(lane))
+	e, err := p.bucket().Get(ctx, positionKey(lane))
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, 0, false, nil // the bucket deleted behind the group's back: no record
 	}
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("position bucket %q: read lane %s: %w", p.kv.Bucket(), lane, classify(err))
+		return 0, 0, false, fmt.Errorf("position bucket %q: read lane %s: %w", p.cfg.Bucket, lane, classify(err))
 	}
 	next, ok = decodePosition(e.Value(), p.created)
 	if !ok {
@@ -131,7 +163,7 @@ func (p *positions) init(ctx context.Context, lane string, next uint64) (uint64,
 			return 0, err
 		}
 	}
-	return 0, fmt.Errorf("position bucket %q: lane %s: written concurrently, try again: %w", p.kv.Bucket(), lane, driver.ErrRetryable)
+	return 0, fmt.Errorf("position bucket %q: lane %s: written concurrently, try again: %w", p.cfg.Bucket, lane, driver.ErrRetryable)
 }
 
 // raise records next for lane when it is above the recorded position.
@@ -161,13 +193,13 @@ func (p *positions) write(ctx context.Context, lane string, next, rev uint64) er
 	if err == nil || errors.Is(err, errConflict) {
 		return err
 	}
-	return fmt.Errorf("position bucket %q: record lane %s at %d: %w", p.kv.Bucket(), lane, next, err)
+	return fmt.Errorf("position bucket %q: record lane %s at %d: %w", p.cfg.Bucket, lane, next, err)
 }
 
 // read returns key's value and revision; none (0) when the key does not
 // exist.
 func (p *positions) read(ctx context.Context, key string) ([]byte, uint64, error) {
-	e, err := p.kv.Get(ctx, key)
+	e, err := p.bucket().Get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return nil, 0, nil
@@ -182,9 +214,9 @@ func (p *positions) read(ctx context.Context, key string) ([]byte, uint64, error
 func (p *positions) put(ctx context.Context, key string, b []byte, rev uint64) error {
 	var err error
 	if rev == 0 {
-		_, err = p.kv.Create(ctx, key, b)
+		_, err = p.bucket().Create(ctx, key, b)
 	} else {
-		_, err = p.kv.Update(ctx, key, b, rev)
+		_, err = p.bucket().Update(ctx, key, b, rev)
 	}
 	switch {
 	case err == nil:

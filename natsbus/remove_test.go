@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
 	"github.com/omnibus-go/omnibus/transporttest"
 )
@@ -91,5 +93,149 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 				t.Errorf("after DeleteTopic, the stream: %v; want it not found", err)
 			}
 		})
+	}
+}
+
+// TestDeleteGroupWithMember: DeleteGroup under a running member of an
+// unpartitioned group deletes the group's consumer and positions bucket;
+// the member creates both again and loses nothing published after (the
+// stream keeps it); once the member stopped, DeleteGroup leaves nothing
+// of the group, as a raw jetstream client sees it. (A partitioned member
+// does not create its lease bucket again: DeleteGroup's doc says so.)
+func TestDeleteGroupWithMember(t *testing.T) {
+	for name, params := range map[string]string{"unpartitioned": ""} {
+		t.Run(name, func(t *testing.T) {
+			base := externalURL(t)
+			c := open(t, base+params)
+			topic, group := topicName(t, base), "busy-"+name
+			if err := c.CreateTopic(context.Background(), topic, 3); err != nil {
+				t.Fatal(err)
+			}
+			nc, err := nats.Connect(base, nats.Timeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			js, _ := jetstream.New(nc)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			t.Cleanup(cancel)
+			stream := natsbus.StreamName(topic)
+			transporttest.DeleteUnderMember(t, c, topic, group, 30, transporttest.Busy{
+				Gone: func() {
+					var have []string
+					s, err := js.Stream(ctx, stream)
+					if err != nil {
+						t.Fatal(err)
+					}
+					names := s.ConsumerNames(ctx)
+					for n := range names.Name() {
+						if n == group || strings.HasPrefix(n, group+"_p") {
+							have = append(have, "consumer "+n)
+						}
+					}
+					if err := names.Err(); err != nil {
+						t.Fatal(err)
+					}
+					for _, b := range []string{natsbus.PositionBucket(topic, group), natsbus.LeaseBucket(topic, group)} {
+						_, err := js.KeyValue(ctx, b)
+						switch {
+						case err == nil:
+							have = append(have, "bucket "+b)
+						case !errors.Is(err, jetstream.ErrBucketNotFound):
+							t.Fatal(err)
+						}
+					}
+					if len(have) > 0 {
+						t.Errorf("after DeleteGroup of the stopped member: %v left; want nothing", have)
+					}
+				},
+			})
+		})
+	}
+}
+
+// TestPositionsBucketDeletedUnderMember: the positions bucket of an
+// unpartitioned group deleted behind a running member's back (its
+// consumer left alone) is created again by the member, which records the
+// group's position there again and goes on consuming.
+func TestPositionsBucketDeletedUnderMember(t *testing.T) {
+	base := externalURL(t)
+	c := open(t, base)
+	topic, group := topicName(t, base), "kept"
+	if err := c.CreateTopic(context.Background(), topic, 1); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(base, nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	bucket := natsbus.PositionBucket(topic, group)
+	t.Cleanup(func() {
+		r := c.Driver().(transporttest.Remover)
+		_ = r.DeleteGroup(context.Background(), topic, group)
+		_ = r.DeleteTopic(context.Background(), topic)
+	})
+
+	var handled atomic.Int64
+	k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error {
+		handled.Add(1)
+		return nil
+	}, omnibus.Group(group), omnibus.StartFrom(omnibus.StartEarliest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- k.Run(rctx) }()
+	t.Cleanup(func() {
+		stop()
+		<-ran
+	})
+	publish := func(n int) {
+		for range n {
+			if err := c.Publish(ctx, topic, &omnibus.Message{Body: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// recorded waits until the bucket exists and holds a position above
+	// after: the keeper records every 5 seconds.
+	recorded := func(after uint64) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var why error
+			if kv, err := js.KeyValue(ctx, bucket); err != nil {
+				why = err
+			} else if e, err := kv.Get(ctx, "p.0"); err != nil {
+				why = err
+			} else if e.Revision() <= after {
+				why = errors.New("not recorded again")
+			} else {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the group's position in bucket %q: %v", bucket, why)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	publish(10)
+	recorded(0)
+	if err := js.DeleteKeyValue(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	recorded(0)
+	publish(10)
+	deadline := time.Now().Add(15 * time.Second)
+	for handled.Load() < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("handled %d of 20 messages", handled.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

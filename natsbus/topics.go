@@ -236,14 +236,14 @@ func (c *conn) DeleteTopic(ctx context.Context, topic string) error {
 // DeleteGroup deletes what the server keeps of group on topic: its
 // durable consumer (one per partition of a partitioned topic, the
 // stream's layout deciding), its positions bucket and its lease bucket.
-// A group or topic that does not exist is no error. Delete the group of
-// stopped members: a member still running creates its consumer again
-// but not the buckets, which only Subscribe creates, and can stall: an
-// unpartitioned member's reads of its deleted positions bucket time out
-// (it re-creates its consumer at the recorded position, and keeps
-// trying), and a partitioned member cannot renew or claim leases, so
-// its lanes stop. The CLI's bench removes its group with it, after its
-// consumers stopped.
+// A group or topic that does not exist is no error. A member of an
+// unpartitioned group still running creates its consumer and its
+// positions bucket again, the consumer at the stream's first message
+// (the record went with the bucket: redeliveries, not a loss). Delete a
+// partitioned group once its members stopped: a member still running
+// does not create its lease bucket again, cannot renew or claim leases,
+// and its lanes stop. The CLI's bench removes its group with it, after
+// its consumers stopped.
 func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
 	if err := c.checkOpen("delete group", topic); err != nil {
 		return err
@@ -255,6 +255,13 @@ func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
 		return fmt.Errorf("natsbus: delete group %q of topic %q: %w", group, topic, classify(err))
 	}
 	name := streamName(topic)
+	// The buckets first: a running member that finds its consumer gone
+	// then finds them gone too, and creates them again with it.
+	for _, b := range []string{positionBucket(name, group), leaseBucket(name, group)} {
+		if err := c.js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return fail(fmt.Errorf("bucket %q: %w", b, err))
+		}
+	}
 	st, err := c.js.Stream(ctx, name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound): // no consumers
@@ -266,11 +273,6 @@ func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
 			if err := st.DeleteConsumer(ctx, cn); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 				return fail(fmt.Errorf("consumer %q: %w", cn, err))
 			}
-		}
-	}
-	for _, b := range []string{positionBucket(name, group), leaseBucket(name, group)} {
-		if err := c.js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return fail(fmt.Errorf("bucket %q: %w", b, err))
 		}
 	}
 	return nil
