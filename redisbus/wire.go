@@ -71,21 +71,11 @@ func decodePairs(l *lane, id string, pairs []any, attempt int) *driver.Delivery 
 
 // decodeField sets what field k of value s says in d.
 func decodeField(d *driver.Delivery, k, s string) {
-	// The fields omnibus writes, spelled as it writes them, first;
-	// every other through the binding (which reads any case).
-	switch k {
-	case bodyField:
+	if k == bodyField {
 		d.Body = replyBytes(s)
-	case "ce_specversion":
-	case "ce_id":
-		d.ID = s
-	case "ce_time":
-		if t, err := driver.ParseTime(s); err == nil {
-			d.Time = t
-		}
-	default:
-		binding.Decode(&d.Message, k, s)
+		return
 	}
+	binding.Decode(&d.Message, k, s)
 }
 
 // replyBytes returns a string of a go-redis reply as bytes. A bulk
