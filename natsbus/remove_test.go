@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus"
@@ -32,14 +31,7 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 			}
 			transporttest.ConsumeSome(t, c, topic, group, 30)
 
-			nc, err := nats.Connect(base, nats.Timeout(5*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			js, _ := jetstream.New(nc)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
+			js, ctx := rawJetStream(t, base), t.Context()
 			stream := natsbus.StreamName(topic)
 			messages := func() (uint64, error) {
 				s, err := js.Stream(ctx, stream)
@@ -103,7 +95,7 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 // of the group, as a raw jetstream client sees it. (A partitioned member
 // does not create its lease bucket again: DeleteGroup's doc says so.)
 func TestDeleteGroupWithMember(t *testing.T) {
-	for name, params := range map[string]string{"unpartitioned": ""} {
+	for name, params := range map[string]string{"unpartitioned": ""} { // partitioned: see the comment above
 		t.Run(name, func(t *testing.T) {
 			base := externalURL(t)
 			c := open(t, base+params)
@@ -111,14 +103,7 @@ func TestDeleteGroupWithMember(t *testing.T) {
 			if err := c.CreateTopic(context.Background(), topic, 3); err != nil {
 				t.Fatal(err)
 			}
-			nc, err := nats.Connect(base, nats.Timeout(5*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			js, _ := jetstream.New(nc)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			t.Cleanup(cancel)
+			js, ctx := rawJetStream(t, base), t.Context()
 			stream := natsbus.StreamName(topic)
 			transporttest.DeleteUnderMember(t, c, topic, group, 30, transporttest.Busy{
 				Gone: func() {
@@ -165,14 +150,7 @@ func TestPositionsBucketDeletedUnderMember(t *testing.T) {
 	if err := c.CreateTopic(context.Background(), topic, 1); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(base, nats.Timeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
+	js, ctx := rawJetStream(t, base), t.Context()
 	bucket := natsbus.PositionBucket(topic, group)
 	t.Cleanup(func() {
 		r := c.Driver().(transporttest.Remover)

@@ -38,29 +38,7 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 			}
 			dc.record("q", retry)
 
-			// exists tells, by a passive declare on a channel of its own,
-			// whether the exchange ("x") or queue ("q") is on the server.
-			exists := func(kind, name string) bool {
-				t.Helper()
-				ch, err := ac.Channel()
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer ch.Close()
-				if kind == "x" {
-					err = ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, true, false, false, false, nil)
-				} else {
-					_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
-				}
-				var ae *amqp.Error
-				if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-					return false
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				return true
-			}
+			exists := func(kind, name string) bool { return onServer(t, ac, kind, name) }
 			groupState := []string{"q:" + retry}
 			for _, q := range dc.groupQueues(topic, group) {
 				groupState = append(groupState, "q:"+q)
@@ -113,29 +91,7 @@ func TestDeleteGroupWithMember(t *testing.T) {
 			}
 			ac, _ := rawChannel(t)
 			t.Cleanup(func() { _ = ac.Close() })
-			// exists tells, by a passive declare on a channel of its own,
-			// whether the exchange ("x") or queue ("q") is on the server.
-			exists := func(kind, name string) bool {
-				t.Helper()
-				ch, err := ac.Channel()
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer ch.Close()
-				if kind == "x" {
-					err = ch.ExchangeDeclarePassive(name, "x-consistent-hash", true, false, false, false, nil)
-				} else {
-					_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
-				}
-				var ae *amqp.Error
-				if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-					return false
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				return true
-			}
+			exists := func(kind, name string) bool { return onServer(t, ac, kind, name) }
 			var state []string
 			for _, q := range dc.groupQueues(topic, group) {
 				state = append(state, "q:"+q)
@@ -179,4 +135,28 @@ func TestDeleteGroupWithMember(t *testing.T) {
 			})
 		})
 	}
+}
+
+// onServer tells, by a passive declare on a channel of its own, whether
+// the exchange ("x") or queue ("q") name is on the server.
+func onServer(t *testing.T, ac *amqp.Connection, kind, name string) bool {
+	t.Helper()
+	ch, err := ac.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if kind == "x" {
+		err = ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, true, false, false, false, nil) // the kind is not checked
+	} else {
+		_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
 }
