@@ -40,35 +40,7 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 				}
 				return s.CachedInfo().State.Msgs, nil
 			}
-			// state is what the server keeps of the group: its consumers
-			// on the stream, and its buckets.
-			state := func() []string {
-				t.Helper()
-				var have []string
-				if s, err := js.Stream(ctx, stream); err == nil {
-					names := s.ConsumerNames(ctx)
-					for n := range names.Name() {
-						if n == group || strings.HasPrefix(n, group+"_p") {
-							have = append(have, "consumer "+n)
-						}
-					}
-					if err := names.Err(); err != nil {
-						t.Fatal(err)
-					}
-				} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-					t.Fatal(err)
-				}
-				for _, b := range []string{natsbus.PositionBucket(topic, group), natsbus.LeaseBucket(topic, group)} {
-					_, err := js.KeyValue(ctx, b)
-					switch {
-					case err == nil:
-						have = append(have, "bucket "+b)
-					case !errors.Is(err, jetstream.ErrBucketNotFound):
-						t.Fatal(err)
-					}
-				}
-				return have
-			}
+			state := func() []string { return groupState(t, js, topic, group) }
 			want := 2 // the consumer and the positions bucket
 			if params != "" {
 				want = 3 + 2 // a consumer per partition, and the lease bucket too
@@ -103,33 +75,10 @@ func TestDeleteGroupWithMember(t *testing.T) {
 			if err := c.CreateTopic(context.Background(), topic, 3); err != nil {
 				t.Fatal(err)
 			}
-			js, ctx := rawJetStream(t, base), t.Context()
-			stream := natsbus.StreamName(topic)
+			js := rawJetStream(t, base)
 			transporttest.DeleteUnderMember(t, c, topic, group, 30, transporttest.Busy{
 				Gone: func() {
-					var have []string
-					s, err := js.Stream(ctx, stream)
-					if err != nil {
-						t.Fatal(err)
-					}
-					names := s.ConsumerNames(ctx)
-					for n := range names.Name() {
-						if n == group || strings.HasPrefix(n, group+"_p") {
-							have = append(have, "consumer "+n)
-						}
-					}
-					if err := names.Err(); err != nil {
-						t.Fatal(err)
-					}
-					for _, b := range []string{natsbus.PositionBucket(topic, group), natsbus.LeaseBucket(topic, group)} {
-						_, err := js.KeyValue(ctx, b)
-						switch {
-						case err == nil:
-							have = append(have, "bucket "+b)
-						case !errors.Is(err, jetstream.ErrBucketNotFound):
-							t.Fatal(err)
-						}
-					}
+					have := groupState(t, js, topic, group)
 					if len(have) > 0 {
 						t.Errorf("after DeleteGroup of the stopped member: %v left; want nothing", have)
 					}
@@ -216,4 +165,35 @@ func TestPositionsBucketDeletedUnderMember(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// groupState is what the server keeps of group on topic, as js sees it:
+// its consumers on the stream, and its buckets.
+func groupState(t *testing.T, js jetstream.JetStream, topic, group string) []string {
+	t.Helper()
+	ctx := t.Context()
+	var have []string
+	if s, err := js.Stream(ctx, natsbus.StreamName(topic)); err == nil {
+		names := s.ConsumerNames(ctx)
+		for n := range names.Name() {
+			if n == group || strings.HasPrefix(n, group+"_p") {
+				have = append(have, "consumer "+n)
+			}
+		}
+		if err := names.Err(); err != nil {
+			t.Fatal(err)
+		}
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatal(err)
+	}
+	for _, b := range []string{natsbus.PositionBucket(topic, group), natsbus.LeaseBucket(topic, group)} {
+		_, err := js.KeyValue(ctx, b)
+		switch {
+		case err == nil:
+			have = append(have, "bucket "+b)
+		case !errors.Is(err, jetstream.ErrBucketNotFound):
+			t.Fatal(err)
+		}
+	}
+	return have
 }
