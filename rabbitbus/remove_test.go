@@ -160,3 +160,49 @@ func onServer(t *testing.T, ac *amqp.Connection, kind, name string) bool {
 	}
 	return true
 }
+
+// TestDeleteGroupOtherLayout: DeleteGroup through a client whose URL says
+// another layout than the group was made with (unpartitioned, or fewer
+// partitions) removes the group's partition queues and consistent-hash
+// exchange all the same.
+func TestDeleteGroupOtherLayout(t *testing.T) {
+	for name, params := range map[string]string{"unpartitioned": "", "fewer partitions": "partitions=2"} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			made := open(ctx, t, "partitions=4&rebalance=500ms")
+			topic, group := "layout-"+omnibus.NewID()[12:], "g"
+			if err := made.CreateTopic(ctx, topic, 4); err != nil {
+				t.Fatal(err)
+			}
+			transporttest.ConsumeSome(t, made, topic, group, 20)
+			ac, _ := rawChannel(t)
+			t.Cleanup(func() { _ = ac.Close() })
+			state := []string{"x:" + hashExchange(topic, group)}
+			for p := range 4 {
+				state = append(state, "q:"+partitionQueue(topic, group, p))
+			}
+			left := func() (have []string) {
+				for _, s := range state {
+					if onServer(t, ac, s[:1], s[2:]) {
+						have = append(have, s)
+					}
+				}
+				return have
+			}
+			if have := left(); len(have) != len(state) {
+				t.Fatalf("before removal: the server has %v of the group's %v", have, state)
+			}
+			other := open(ctx, t, params)
+			if err := other.Driver().(*conn).DeleteGroup(ctx, topic, group); err != nil {
+				t.Fatal(err)
+			}
+			if have := left(); len(have) > 0 {
+				t.Errorf("after DeleteGroup through a client with %q: %v of the group left; want none", params, have)
+			}
+			if err := made.Driver().(*conn).DeleteTopic(ctx, topic); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

@@ -279,28 +279,51 @@ func (c *conn) DeleteTopic(ctx context.Context, topic string) error {
 }
 
 // DeleteGroup deletes group's queues on topic, with the messages they
-// hold: its queue, or its partition queues and its consistent-hash
-// exchange (the URL's partitions deciding, as for GroupMembers), and every
-// retry queue it can have. For the group named after a dead-letter topic
-// that is the queue keeping the topic's dead letters. Queues that do not
-// exist are no error; members still running declare theirs again (the
-// server cancels their consumers), and what is published before they
-// have, no queue takes: the exchange drops it (with mandatory=true,
-// Publish fails with ErrUnroutable). The CLI's bench removes its group
-// with it.
+// hold: its queue, its partition queues and its consistent-hash exchange,
+// whatever layout the URL's partitions say (the group may have been made
+// with another: partition queues are deleted from 0 up while the server
+// has them), and every retry queue it can have. For the group named
+// after a dead-letter topic that is the queue keeping the topic's dead
+// letters. Queues that do not exist are no error; members still running
+// declare theirs again (the server cancels their consumers), and what is
+// published before they have, no queue takes: the exchange drops it
+// (with mandatory=true, Publish fails with ErrUnroutable). The CLI's
+// bench removes its group with it.
 func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
 	if err := c.checkOpen("delete group", topic); err != nil {
 		return err
 	}
 	retries := allRetryQueues(topic, group)
 	_, err := c.withChannel(ctx, c.pub, func(ch *amqp.Channel) error {
-		for _, q := range append(c.groupQueues(topic, group), retries...) {
+		queues := append([]string{groupQueue(topic, group)}, retries...)
+		if c.kept(topic, group) {
+			queues[0] = topic
+		}
+		for _, q := range queues {
 			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 				return err
 			}
 		}
-		if c.cfg.partitions > 0 {
-			return ch.ExchangeDelete(hashExchange(topic, group), false, false)
+		if c.kept(topic, group) {
+			return nil
+		}
+		if err := ch.ExchangeDelete(hashExchange(topic, group), false, false); err != nil {
+			return err
+		}
+		// Last, as the passive declare that finds no queue closes ch.
+		for p := range maxPartitions {
+			q := partitionQueue(topic, group, p)
+			if p >= c.cfg.partitions {
+				var ae *amqp.Error
+				if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); errors.As(err, &ae) && ae.Code == amqp.NotFound {
+					return nil
+				} else if err != nil {
+					return err
+				}
+			}
+			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

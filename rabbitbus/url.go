@@ -31,6 +31,9 @@ const (
 	DefaultRebalance       = 2 * time.Second
 )
 
+// maxPartitions bounds the URL's partitions.
+const maxPartitions = 1024
+
 var params = []string{
 	"queue_type", "partitions", "mandatory", "max_message_bytes", "heartbeat",
 	"connect_timeout", "rebalance", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "tls_insecure",
@@ -79,8 +82,8 @@ func parseConfig(u *url.URL) (*config, error) {
 	for name, dst := range map[string]*int{"partitions": &cfg.partitions, "max_message_bytes": &cfg.maxBytes} {
 		if v := q.Get(name); v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || (name == "partitions" && n > 1024) {
-				return nil, bad(name, v, "a positive integer (partitions at most 1024)")
+			if err != nil || n < 1 || (name == "partitions" && n > maxPartitions) {
+				return nil, bad(name, v, fmt.Sprintf("a positive integer (partitions at most %d)", maxPartitions))
 			}
 			*dst = n
 		}
