@@ -21,13 +21,20 @@ const (
 	childGroup = "NSQBUS_CHILD_GROUP"
 )
 
+// childStall is how many messages the crash test's child handles before
+// every other handler stops returning: from then on it holds some of
+// what nsqd sends it, in flight when it is killed, and goes on handling
+// the rest.
+const childStall = 2000
+
 // TestCrashChild is the member the crash test kills: it consumes with
 // the group and writes the ID of every message its handler finished to
 // stdout before the handler returns, so the parent knows what it handled
 // even if the FIN never went out. The write is a system call per message,
 // unbuffered: an ID still in a buffer when the kill comes would be a
 // message this member finished (and FINed) that the parent never hears
-// of, and counts as lost.
+// of, and counts as lost. After childStall messages every other handler
+// blocks until the kill.
 func TestCrashChild(t *testing.T) {
 	u := os.Getenv(childURL)
 	if u == "" {
@@ -38,7 +45,11 @@ func TestCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var handled atomic.Int64
 	k, err := c.Subscribe(ctx, os.Getenv(childTopic), func(ctx context.Context, m *omnibus.Message) error {
+		if n := handled.Add(1); n > childStall && n%2 == 1 {
+			select {} // held in flight until the kill
+		}
 		time.Sleep(time.Millisecond)
 		_, err := os.Stdout.WriteString(m.ID + "\n") // one write, shorter than PIPE_BUF: never interleaved
 		return err
@@ -50,10 +61,11 @@ func TestCrashChild(t *testing.T) {
 }
 
 // TestCrashedMember kills a member of a group (SIGKILL, a child process
-// that never closes) while it holds messages in flight: nsqd delivers
-// them again after msg_timeout, and the members left handle them. Over
-// 20,000 messages, every ID is handled, by the dead member before it
-// died or by the others.
+// that never closes) while it holds messages in flight and handles
+// others (every other handler blocks after childStall messages, and it
+// is killed 1,000 messages later): nsqd delivers them again after msg_timeout, and the
+// members left handle them. Over 20,000 messages, every ID is handled,
+// by the dead member before it died or by the others.
 func TestCrashedMember(t *testing.T) {
 	const total, msgTimeout = 20000, 2 * time.Second
 	u := directURL(t, "msg_timeout="+msgTimeout.String())
@@ -98,7 +110,7 @@ func TestCrashedMember(t *testing.T) {
 
 	ctx := context.Background()
 	var ids []string
-	killed := false
+	killed, stalledAt := false, -1
 	for i := 0; i < total; i += 100 {
 		ms := numbered("crash", i, 100, 100)
 		if err := pub.Publish(ctx, topic, ms...); err != nil {
@@ -107,7 +119,10 @@ func TestCrashedMember(t *testing.T) {
 		for _, m := range ms {
 			ids = append(ids, m.ID)
 		}
-		if !killed && theirs.unique() >= 2000 {
+		if stalledAt < 0 && theirs.unique() >= childStall {
+			stalledAt = i
+		}
+		if !killed && stalledAt >= 0 && i >= stalledAt+1000 {
 			// Mid-stream, with messages in its buffer and handlers.
 			if err := cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
