@@ -180,17 +180,21 @@ go test -race -count=1 -timeout 20m "$@" ./... || status=$?
 # Fuzzing: every fuzz target (found with go test -list) runs for FUZZTIME
 # (default 3s; 0 skips them) from its seed corpus (f.Add, and the files in
 # the package's testdata/fuzz). go test -fuzz takes one package and one
-# target at a time. A failing input is written to testdata/fuzz: commit it
-# with the fix, so the plain test run checks it from then on.
+# target at a time; a failing run shows the end of its output. A failing
+# input is written to testdata/fuzz: commit it with the fix, so the plain
+# test run checks it from then on.
 fuzztime=${FUZZTIME:-3s}
 if [ "$fuzztime" != 0 ]; then
   while read -r pkg target; do
     log "fuzzing $pkg $target for $fuzztime"
-    go test -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" "$pkg" >/dev/null || {
+    fuzzlog=$(mktemp)
+    go test -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" "$pkg" >"$fuzzlog" 2>&1 || {
       log "fuzz target $target of $pkg failed:"
+      tail -n 40 "$fuzzlog"
       go test -run "^$target\$" "$pkg" || true
       status=1
     }
+    rm -f "$fuzzlog"
   done < <(go test -list '^Fuzz' ./... | awk '/^Fuzz/ { t[n++] = $1; next } /^ok/ { for (i = 0; i < n; i++) print $2, t[i]; n = 0 }')
 fi
 exit "$status"
