@@ -182,13 +182,17 @@ go test -race -count=1 -timeout 20m "$@" ./... || status=$?
 # the package's testdata/fuzz). go test -fuzz takes one package and one
 # target at a time; a failing run shows the end of its output. A failing
 # input is written to testdata/fuzz: commit it with the fix, so the plain
-# test run checks it from then on.
+# test run checks it from then on. Inputs are not minimized: minimizing
+# each new interesting input took the whole run here (FuzzDecodeStructured:
+# 58 of 60 s at 0 execs/s), and Go's fuzzer can fail spuriously while it
+# minimizes ("hung or terminated unexpectedly while minimizing", Go
+# issues 48820, 52569 and 56238), as a CI run of this target did.
 fuzztime=${FUZZTIME:-3s}
 if [ "$fuzztime" != 0 ]; then
   while read -r pkg target; do
     log "fuzzing $pkg $target for $fuzztime"
     fuzzlog=$(mktemp)
-    go test -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" "$pkg" >"$fuzzlog" 2>&1 || {
+    go test -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" -fuzzminimizetime 0 "$pkg" >"$fuzzlog" 2>&1 || {
       log "fuzz target $target of $pkg failed:"
       tail -n 40 "$fuzzlog"
       go test -run "^$target\$" "$pkg" || true
