@@ -138,7 +138,7 @@ func (p *partitioned) claim(part int) {
 	lane := strconv.Itoa(part)
 	begin := time.Now()
 	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
-	rev, err := p.bucket().Create(ctx, leaseKey(part), []byte(p.id))
+	rev, err := p.kv.Create(ctx, leaseKey(part), []byte(p.id))
 	cancel()
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {

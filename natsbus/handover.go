@@ -163,10 +163,10 @@ func (p *partitioned) leave(ctx context.Context) {
 			p.settle(ctx, r, low)
 			p.s.recordLane(ctx, r)
 		}
-		_ = p.bucket().Delete(ctx, leaseKey(l.part), jetstream.LastRevision(l.rev))
+		_ = p.kv.Delete(ctx, leaseKey(l.part), jetstream.LastRevision(l.rev))
 	}
 	for part := range p.parts {
 		p.free(part)
 	}
-	_ = p.bucket().Delete(ctx, memberKey(p.id))
+	_ = p.kv.Delete(ctx, memberKey(p.id))
 }

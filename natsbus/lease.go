@@ -38,46 +38,6 @@ func (p *partitioned) loseLocked(l *lease) {
 	driver.Notify(p.check)
 }
 
-// bucket is the lease bucket as last opened.
-func (p *partitioned) bucket() jetstream.KeyValue {
-	p.bucketMu.Lock()
-	defer p.bucketMu.Unlock()
-	return p.kv
-}
-
-// restore creates the lease bucket again when it was deleted under the
-// member (DeleteGroup, an operator), with the TTL the member counts
-// with, and watches it afresh; the leases the member held went with the
-// old bucket, and their refresh finds them lost. A bucket that is there
-// (a heartbeat that failed otherwise) is left as it is.
-func (p *partitioned) restore() {
-	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
-	defer cancel()
-	old := p.bucket()
-	if _, err := p.s.c.js.KeyValue(ctx, old.Bucket()); !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return
-	}
-	kv, err := p.s.c.bucket(ctx, jetstream.KeyValueConfig{Bucket: old.Bucket(), Description: leaseDescription(p.s.ref, p.s.opts.Group), TTL: p.ttl})
-	if err != nil {
-		return // the next refresh tries again
-	}
-	w, err := kv.WatchAll(p.ctx)
-	if err != nil {
-		return
-	}
-	p.viewMu.Lock()
-	p.view = map[string]viewEntry{}
-	p.viewMu.Unlock()
-	p.bucketMu.Lock()
-	stale := p.watch
-	p.kv, p.watch = kv, w
-	p.bucketMu.Unlock()
-	_ = stale.Stop()
-	p.wg.Add(1) // the refresher's own count keeps the group from waiting done
-	go p.watchLoop(w)
-	_, _ = kv.Put(ctx, memberKey(p.id), []byte(p.s.c.cfg.name))
-}
-
 func (p *partitioned) refreshLoop() {
 	defer p.wg.Done()
 	t := time.NewTicker(p.ttl / 4)
@@ -96,11 +56,8 @@ func (p *partitioned) refreshLoop() {
 // conditional on the revision it wrote last.
 func (p *partitioned) refresh() {
 	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
-	_, err := p.bucket().Put(ctx, memberKey(p.id), []byte(p.s.c.cfg.name))
+	_, _ = p.kv.Put(ctx, memberKey(p.id), []byte(p.s.c.cfg.name))
 	cancel()
-	if err != nil && p.ctx.Err() == nil {
-		p.restore()
-	}
 	p.kvMu.Lock()
 	defer p.kvMu.Unlock()
 	lost := false
@@ -115,12 +72,12 @@ func (p *partitioned) refresh() {
 			p.loseLocked(l)
 			lost = true
 			ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
-			_ = p.bucket().Delete(ctx, leaseKey(l.part), jetstream.LastRevision(l.rev))
+			_ = p.kv.Delete(ctx, leaseKey(l.part), jetstream.LastRevision(l.rev))
 			cancel()
 			continue
 		}
 		ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
-		rev, err := p.bucket().Update(ctx, leaseKey(l.part), []byte(p.id), l.rev)
+		rev, err := p.kv.Update(ctx, leaseKey(l.part), []byte(p.id), l.rev)
 		cancel()
 		switch {
 		case err == nil:
@@ -199,13 +156,13 @@ func (p *partitioned) reportLost(leases []*lease) {
 func (p *partitioned) free(part int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), p.ttl/4)
 	defer cancel()
-	if e, err := p.bucket().Get(ctx, leaseKey(part)); err == nil && string(e.Value()) == p.id {
-		_ = p.bucket().Delete(ctx, leaseKey(part), jetstream.LastRevision(e.Revision()))
+	if e, err := p.kv.Get(ctx, leaseKey(part)); err == nil && string(e.Value()) == p.id {
+		_ = p.kv.Delete(ctx, leaseKey(part), jetstream.LastRevision(e.Revision()))
 	}
 }
 
 func (p *partitioned) deleteLease(part int, rev uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), p.ttl/4)
 	defer cancel()
-	_ = p.bucket().Delete(ctx, leaseKey(part), jetstream.LastRevision(rev))
+	_ = p.kv.Delete(ctx, leaseKey(part), jetstream.LastRevision(rev))
 }

@@ -5,7 +5,7 @@ package natsbus
 // lease) with the start and stop of its goroutines and the watcher,
 // which mirrors the bucket's keys into view. The refresher and the
 // watchdog are in lease.go, the balancer in balance.go, hand-overs in
-// handover.go. Lock order: kvMu before sub.mu; viewMu alone; bucketMu last.
+// handover.go. Lock order: kvMu before sub.mu; viewMu alone.
 
 import (
 	"context"
@@ -84,7 +84,7 @@ func (c *conn) leaseBucket(ctx context.Context, ref *streamRef, group string) (j
 	name := leaseBucket(ref.name, group)
 	kv, err := c.bucket(ctx, jetstream.KeyValueConfig{
 		Bucket:      name,
-		Description: leaseDescription(ref, group),
+		Description: "omnibus partition leases of group " + group + " on stream " + ref.name,
 		TTL:         c.cfg.leaseTTL,
 	})
 	if err != nil {
@@ -102,43 +102,33 @@ func (c *conn) leaseBucket(ctx context.Context, ref *streamRef, group string) (j
 	return kv, ttl, nil
 }
 
-// leaseDescription describes group's lease bucket on ref.
-func leaseDescription(ref *streamRef, group string) string {
-	return "omnibus partition leases of group " + group + " on stream " + ref.name
-}
-
 // partitioned is a member's share of a partitioned topic: the leases it
 // holds and the goroutines that keep them.
 //
-// Goroutines, ended by stop: the watcher (the bucket's keys into view; the
-// refresher starts another when it restores a deleted bucket, the old one
-// ending with its watch), the refresher (heartbeat and leases every
-// ttl/4), the balancer (takes and gives up partitions; calls Lanes.Claimed
-// and Lanes.Revoked) and the watchdog (gives up a lease at its deadline
-// and calls Lanes.Lost, so that a lost lane reaches the engine at once,
-// never behind another lane's drain). Lock order: kvMu before sub.mu;
-// viewMu alone; bucketMu last (nothing is taken under it). No Lanes call
-// is made with a lock held.
+// Goroutines, ended by stop: the watcher (the bucket's keys into view),
+// the refresher (heartbeat and leases every ttl/4), the balancer (takes
+// and gives up partitions; calls Lanes.Claimed and Lanes.Revoked) and the
+// watchdog (gives up a lease at its deadline and calls Lanes.Lost, so
+// that a lost lane reaches the engine at once, never behind another
+// lane's drain). Lock order: kvMu before sub.mu; viewMu alone. No Lanes
+// call is made with a lock held.
 type partitioned struct {
 	s      *sub
+	kv     jetstream.KeyValue
 	id     string // member ID
 	ttl    time.Duration
 	every  time.Duration
 	parts  int
 	ctx    context.Context // I/O and Revoked; cancelled by stop
 	cancel context.CancelFunc
-	ready  chan struct{} // closed when the first watcher delivered the initial keys
-	once   sync.Once     // closes ready
+	watch  jetstream.KeyWatcher
+	ready  chan struct{} // closed when the watcher delivered the initial keys
 	wakeup chan struct{} // a lease was lost: balance now
 	check  chan struct{} // a lease was claimed or lost: the watchdog looks again
 	wg     sync.WaitGroup
 
 	kvMu   sync.Mutex // serializes lease writes; guards leases and their fields
 	leases map[int]*lease
-
-	bucketMu sync.Mutex // guards kv and watch, which restore replaces
-	kv       jetstream.KeyValue
-	watch    jetstream.KeyWatcher
 
 	viewMu sync.Mutex
 	view   map[string]viewEntry // the bucket's keys as last seen
@@ -173,7 +163,7 @@ func (p *partitioned) start(ctx context.Context) error {
 	}
 	p.watch = w
 	p.wg.Add(4)
-	go p.watchLoop(w)
+	go p.watchLoop()
 	go p.refreshLoop()
 	go p.balanceLoop()
 	go p.watchdogLoop()
@@ -183,21 +173,21 @@ func (p *partitioned) start(ctx context.Context) error {
 // stop ends the lease goroutines; a Revoked in progress returns early.
 func (p *partitioned) stop() {
 	p.cancel()
-	p.bucketMu.Lock()
-	w := p.watch
-	p.bucketMu.Unlock()
-	if w != nil {
-		_ = w.Stop()
+	if p.watch != nil {
+		_ = p.watch.Stop()
 	}
 	p.wg.Wait()
 }
 
-// watchLoop mirrors w's keys into view until w stops.
-func (p *partitioned) watchLoop(w jetstream.KeyWatcher) {
+func (p *partitioned) watchLoop() {
 	defer p.wg.Done()
-	for e := range w.Updates() {
+	ready := false
+	for e := range p.watch.Updates() {
 		if e == nil {
-			p.once.Do(func() { close(p.ready) })
+			if !ready {
+				ready = true
+				close(p.ready)
+			}
 			continue
 		}
 		p.viewMu.Lock()
