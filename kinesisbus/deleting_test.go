@@ -83,7 +83,9 @@ func slowKinesalite(t *testing.T) string {
 	return ""
 }
 
-func jsString(s string) string { return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'" }
+func jsString(s string) string {
+	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'"
+}
 
 // TestTopicExistsDeleting: TopicExists says that a stream Kinesis is
 // deleting (DELETING, as the raw client sees it) exists; DeleteTopic of

@@ -93,9 +93,9 @@ func (o *sendOptions) validate(cmd *cobra.Command) (map[string]string, error) {
 
 // sendStats counts what send did with each message.
 type sendStats struct {
-	sent        int          // the transport confirmed them
-	failed      int          // the transport refused them: they did not land
-	unconfirmed int          // the publish ended without an answer: they may have landed
+	sent        int        // the transport confirmed them
+	failed      int        // the transport refused them: they did not land
+	unconfirmed int        // the publish ended without an answer: they may have landed
 	retried     retryCount // messages published again
 	firstErr    error
 	start       time.Time
