@@ -295,17 +295,18 @@ func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
 	}
 	retries := allRetryQueues(topic, group)
 	_, err := c.withChannel(ctx, c.pub, func(ch *amqp.Channel) error {
-		queues := append([]string{groupQueue(topic, group)}, retries...)
-		if c.kept(topic, group) {
-			queues[0] = topic
+		kept := c.kept(topic, group)
+		queue := groupQueue(topic, group)
+		if kept {
+			queue = topic
 		}
-		for _, q := range queues {
+		for _, q := range append([]string{queue}, retries...) {
 			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 				return err
 			}
 		}
-		if c.kept(topic, group) {
-			return nil
+		if kept {
+			return nil // a dead-letter topic's own queue: never partitioned
 		}
 		if err := ch.ExchangeDelete(hashExchange(topic, group), false, false); err != nil {
 			return err
