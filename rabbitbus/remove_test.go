@@ -206,3 +206,31 @@ func TestDeleteGroupOtherLayout(t *testing.T) {
 		})
 	}
 }
+
+// TestDeleteDeadLetterGroup: the group named after a dead-letter topic
+// is the queue keeping its dead letters (the dlq tools' group):
+// DeleteGroup removes that queue, and leaves the topic's exchange.
+func TestDeleteDeadLetterGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := open(ctx, t, "")
+	topic := "dead-" + omnibus.NewID()[12:] + dlqSuffix
+	if err := c.Publish(ctx, topic, &omnibus.Message{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	ac, _ := rawChannel(t)
+	t.Cleanup(func() { _ = ac.Close() })
+	if !onServer(t, ac, "q", topic) || !onServer(t, ac, "x", topic) {
+		t.Fatalf("before removal: queue %v, exchange %v; want both", onServer(t, ac, "q", topic), onServer(t, ac, "x", topic))
+	}
+	dc := c.Driver().(*conn)
+	if err := dc.DeleteGroup(ctx, topic, topic); err != nil {
+		t.Fatal(err)
+	}
+	if onServer(t, ac, "q", topic) || !onServer(t, ac, "x", topic) {
+		t.Errorf("after DeleteGroup: queue %v, exchange %v; want the queue gone, the exchange kept", onServer(t, ac, "q", topic), onServer(t, ac, "x", topic))
+	}
+	if err := dc.DeleteTopic(ctx, topic); err != nil {
+		t.Error(err)
+	}
+}
