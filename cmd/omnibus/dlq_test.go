@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/dlq"
 	"github.com/omnibus-go/omnibus/dlq/dlqtest"
 	"github.com/omnibus-go/omnibus/internal/observe/observetest"
@@ -153,5 +154,24 @@ func TestMandatoryURL(t *testing.T) {
 		if got := mandatoryURL(in); got != want {
 			t.Errorf("mandatoryURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestReplayReportsRepublished: the replay's retry hook counts every
+// message published again, and the summary says how many may arrive
+// twice (nothing when none was).
+func TestReplayReportsRepublished(t *testing.T) {
+	var r retryCount
+	r.OnPublishRetry(omnibus.PublishRetry{IDs: []string{"a", "b"}})
+	r.OnPublishRetry(omnibus.PublishRetry{IDs: []string{"c"}})
+	if n := r.Load(); n != 3 {
+		t.Errorf("counted %d messages published again, want 3", n)
+	}
+	p := dlq.Progress{Read: 5, Selected: 5, Replayed: 5}
+	if s := summary("replay", "t.dlq", p, r.Load()); !strings.Contains(s, "; 3 published again after an error left the outcome unknown: each may arrive twice") {
+		t.Errorf("summary %q does not say that 3 were published again", s)
+	}
+	if s := summary("replay", "t.dlq", p, 0); strings.Contains(s, "published again") {
+		t.Errorf("summary %q speaks of messages published again when none was", s)
 	}
 }
