@@ -246,6 +246,10 @@
 // management plugin's HTTP API, which omnibus does not use), nor are
 // messages waiting in retry queues. A queue that cannot be read gives
 // Known false. Every lane of the group is reported, not only the member's.
+// Client.Lag reads a group from outside it in the layout the server has:
+// a client without partitions, or with another count, finds a group's
+// partition queues (from 0, at least as many as its URL says, more while
+// they exist) or its one queue, whichever its members made.
 //
 // A lane's age is the age of the oldest delivery this client's members
 // hold on it, by the message's time (the publisher's clock: RabbitMQ 3.x

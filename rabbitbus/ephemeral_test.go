@@ -6,10 +6,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/driver"
 )
 
 // A group the user did not name gets queues that expire once unused, so a
@@ -102,6 +104,77 @@ func TestGroupLag(t *testing.T) {
 			for _, l := range lags {
 				if l.Known != (l.Lane != "2") {
 					t.Errorf("lane %s Known %v after queue 2 went: %+v", l.Lane, l.Known, lags)
+				}
+			}
+		})
+	}
+}
+
+// TestGroupLagOtherLayout: a client whose URL names another layout than
+// the group's (no partitions, or fewer) reads the group as its members
+// made it: every lane, every message, and the member. Read with the URL's
+// layout, a partitioned group was not found from an unpartitioned client,
+// and a client with 2 partitions saw half of a 4-partition group.
+func TestGroupLagOtherLayout(t *testing.T) {
+	for _, tt := range []struct {
+		name, made string
+		lanes      int
+		readers    []string
+	}{
+		{"partitioned", "partitions=4", 4, []string{"", "partitions=2"}},
+		{"plain", "", 1, []string{"partitions=4"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := open(ctx, t, tt.made)
+			topic := "omnibus-layout-" + strings.ToLower(omnibus.NewID())
+			nop := func(context.Context, *omnibus.Message) error { return nil }
+			k, err := c.Subscribe(ctx, topic, nop, omnibus.Group("billing"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			k.Close() // the queues stay; nobody consumes
+			const n = 40
+			for i := range n {
+				if err := c.Publish(ctx, topic, &omnibus.Message{Key: "k" + strconv.Itoa(i), Body: []byte("x")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			readers := make([]*conn, len(tt.readers))
+			for i, params := range tt.readers {
+				readers[i] = open(ctx, t, params).Driver().(*conn)
+				lags, err := readers[i].GroupLag(ctx, topic, "billing")
+				sum := int64(0)
+				for _, l := range lags {
+					if !l.Known {
+						t.Errorf("reader %q: lane %s unknown: %+v", params, l.Lane, lags)
+					}
+					sum += l.Lag
+				}
+				if err != nil || len(lags) != tt.lanes || sum != n {
+					t.Errorf("reader %q: GroupLag = %+v, %v; want %d lanes holding %d", params, lags, err, tt.lanes, n)
+				}
+				if m, err := readers[i].GroupMembers(ctx, topic, "billing"); err != nil || m != 0 {
+					t.Errorf("reader %q: GroupMembers of a stopped group = %d, %v; want 0", params, m, err)
+				}
+				if _, err := readers[i].GroupLag(ctx, topic, "nobody"); !errors.Is(err, driver.ErrNotFound) {
+					t.Errorf("reader %q: GroupLag of a missing group: %v, want ErrNotFound", params, err)
+				}
+			}
+			k, err = c.Subscribe(ctx, topic, nop, omnibus.Group("billing"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, k)
+			for i, r := range readers {
+				deadline := time.Now().Add(10 * time.Second)
+				m, err := r.GroupMembers(ctx, topic, "billing")
+				for (err != nil || m != 1) && time.Now().Before(deadline) {
+					time.Sleep(50 * time.Millisecond)
+					m, err = r.GroupMembers(ctx, topic, "billing")
+				}
+				if err != nil || m != 1 {
+					t.Errorf("reader %q: GroupMembers with one member = %d, %v; want 1", tt.readers[i], m, err)
 				}
 			}
 		})

@@ -8,7 +8,6 @@ package rabbitbus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -134,22 +133,67 @@ func (c *conn) held() map[string]holding {
 
 // GroupLag implements driver.GroupLagReader: the depth of each of the
 // group's queues (ready messages, plus those this client holds
-// unacknowledged) and its age (holding.laneLag), read with passive
-// declares, without joining the group. A group whose queue does not exist is ErrNotFound; a queue that
-// could not be read is a lane of unknown lag.
+// unacknowledged) and its age (holding.laneLag), read without joining the
+// group, in the layout the server has (readGroup). A group with no queue
+// is ErrNotFound; a queue that could not be read is a lane of unknown
+// lag.
 func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.LaneLag, error) {
 	if err := c.checkOpen("lag", topic); err != nil {
 		return nil, err
 	}
-	queues := c.groupQueues(topic, group)
-	ac, _, err := c.pub.get(ctx)
+	queues, partitioned, err := c.readGroup(ctx, topic, group)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitbus: lag %q group %q: %w", topic, group, err)
 	}
 	held := c.held()
 	out := make([]driver.LaneLag, len(queues))
-	// The passive declares go over the publishing connection, which the
-	// server blocks during an alarm: they honour ctx.
+	for i, q := range queues {
+		out[i] = driver.LaneLag{Lane: strconv.Itoa(i)}
+		if q != nil {
+			out[i] = held[q.Name].laneLag(out[i].Lane, *q, partitioned)
+		}
+	}
+	return out, nil
+}
+
+// GroupMembers reports how many members group has: the most consumers
+// any of its queues has (every member consumes from the group's queue, or
+// from its partition queues), read as GroupLag reads them. A group with
+// no queue is ErrNotFound. The CLI's omnibus lag uses it to tell a
+// stopped group from a stalled one.
+func (c *conn) GroupMembers(ctx context.Context, topic, group string) (int, error) {
+	if err := c.checkOpen("members", topic); err != nil {
+		return 0, err
+	}
+	queues, _, err := c.readGroup(ctx, topic, group)
+	if err != nil {
+		return 0, fmt.Errorf("rabbitbus: members %q group %q: %w", topic, group, err)
+	}
+	members := 0
+	for _, q := range queues {
+		if q != nil {
+			members = max(members, q.Consumers)
+		}
+	}
+	return members, nil
+}
+
+// readGroup reads the queues of group on topic with passive declares,
+// one per lane, in the layout the server has rather than the URL's: a
+// client with other partitions (or none) reads a group as its members
+// made it. The URL's layout comes first: its partition queues (one that
+// is missing, or could not be read, is a nil lane), then those past its
+// count while the server has them; or the group's one queue. When the
+// URL's layout has no queue at all, the other one is read. No queue in
+// either is ErrNotFound. partitioned says which layout was read. The
+// declares go over the publishing connection, which the server blocks
+// during an alarm: they honour ctx.
+func (c *conn) readGroup(ctx context.Context, topic, group string) (queues []*amqp.Queue, partitioned bool, err error) {
+	ac, _, err := c.pub.get(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	kept := c.kept(topic, group)
 	err = c.await(ctx, func() error {
 		var ch *amqp.Channel
 		defer func() {
@@ -157,31 +201,68 @@ func (c *conn) GroupLag(ctx context.Context, topic, group string) ([]driver.Lane
 				_ = ch.Close()
 			}
 		}()
-		for i, q := range queues {
-			out[i] = driver.LaneLag{Lane: strconv.Itoa(i)}
+		// read is the queue named, or nil; only a channel that cannot
+		// be opened is an error.
+		read := func(name string) (*amqp.Queue, error) {
 			if ch == nil || ch.IsClosed() { // a failed passive declare closes the channel
 				var err error
 				if ch, err = ac.Channel(); err != nil {
 					ch = nil
-					continue
+					return nil, err
 				}
 			}
-			info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-			var ae *amqp.Error
-			switch {
-			case errors.As(err, &ae) && ae.Code == amqp.NotFound && i == 0:
-				return fmt.Errorf("group %q has no queue %q: %w", group, q, driver.ErrNotFound)
-			case err != nil:
-				continue
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			if err != nil {
+				return nil, nil
 			}
-			out[i] = held[q].laneLag(out[i].Lane, info, len(queues) > 1)
+			return &q, nil
 		}
-		return nil
+		one := func() error {
+			name := groupQueue(topic, group)
+			if kept {
+				name = topic
+			}
+			q, err := read(name)
+			if q != nil {
+				queues, partitioned = []*amqp.Queue{q}, false
+			}
+			return err
+		}
+		parts := func(least int) error {
+			var qs []*amqp.Queue
+			found := false
+			for p := range maxPartitions {
+				q, err := read(partitionQueue(topic, group, p))
+				if err != nil {
+					return err
+				}
+				if q == nil && p >= least {
+					break
+				}
+				found = found || q != nil
+				qs = append(qs, q)
+			}
+			if found {
+				queues, partitioned = qs, true
+			}
+			return nil
+		}
+		first, second := one, func() error { return parts(0) }
+		if c.cfg.partitions > 0 && !kept {
+			first, second = func() error { return parts(c.cfg.partitions) }, one
+		}
+		if err := first(); err != nil || queues != nil {
+			return err
+		}
+		if kept {
+			return nil // a dead-letter topic's group is its one queue
+		}
+		return second()
 	})
-	if err != nil {
-		return nil, fmt.Errorf("rabbitbus: lag %q: %w", topic, err)
+	if err == nil && queues == nil {
+		err = fmt.Errorf("the group has no queue: %w", driver.ErrNotFound)
 	}
-	return out, nil
+	return queues, partitioned, err
 }
 
 // groupQueues are the queues of group on topic: one, or one per
@@ -198,40 +279,4 @@ func (c *conn) groupQueues(topic, group string) []string {
 		}
 	}
 	return queues
-}
-
-// GroupMembers reports how many members group has: the most consumers
-// any of its queues has (every member consumes from the group's queue, or
-// from its partition queues), read with passive declares. A group whose
-// queue does not exist is ErrNotFound. The CLI's omnibus lag uses it to
-// tell a stopped group from a stalled one.
-func (c *conn) GroupMembers(ctx context.Context, topic, group string) (int, error) {
-	if err := c.checkOpen("members", topic); err != nil {
-		return 0, err
-	}
-	fail := func(err error) (int, error) {
-		return 0, fmt.Errorf("rabbitbus: members %q group %q: %w", topic, group, err)
-	}
-	ac, _, err := c.pub.get(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	ch, err := ac.Channel()
-	if err != nil {
-		return fail(err)
-	}
-	defer ch.Close()
-	members := 0
-	for _, q := range c.groupQueues(topic, group) {
-		info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-			return fail(fmt.Errorf("no queue %q: %w", q, driver.ErrNotFound))
-		}
-		if err != nil {
-			return fail(err)
-		}
-		members = max(members, info.Consumers)
-	}
-	return members, nil
 }
