@@ -4,7 +4,10 @@ package kinesisbus
 // creates their leases, scans the lease table, takes expired leases up to
 // its share, asks the most loaded member for one lease when none is free,
 // and revokes the leases it must give up. It alone calls Lanes.Claimed
-// and Lanes.Revoked. Its state (seen, lastSync) is its own.
+// and Lanes.Revoked. Its state (seen, lastSync, restoring) is its own.
+// It is also the one place where a lease table deleted under the member
+// is found missing (its scan; the renewer and Commit only wake it) and
+// created again (restore).
 
 import (
 	"context"
@@ -21,6 +24,8 @@ import (
 // Clocks of different hosts are never compared.
 type seenLease struct {
 	counter int64
+	owner   string
+	ended   bool      // checkpointed SHARD_END: cleanup may delete it
 	at      time.Time // zero: never seen renewed (a new, unowned lease)
 }
 
@@ -53,9 +58,22 @@ func (s *sub) round(ctx context.Context, first bool) error {
 	s.syncNow = false
 	s.mu.Unlock()
 	leases, err := s.table.scan(ctx)
+	if errorCode(err) == codeNotFound {
+		if err := s.restore(ctx); err != nil {
+			return err
+		}
+		leases, err = s.table.scan(ctx)
+	}
 	if err != nil {
 		return err
 	}
+	if s.vanished(leases) {
+		// Another member found the table missing and created it
+		// again: the leases it creates are restoredOwner's, and so are
+		// those this member creates.
+		s.restoring = true
+	}
+	sync = sync || s.restoring
 	if sync {
 		created, err := s.syncShards(ctx, leases)
 		if err != nil {
@@ -67,6 +85,7 @@ func (s *sub) round(ctx context.Context, first bool) error {
 			}
 		}
 		s.lastSync = time.Now()
+		s.restoring = false // every shard has its lease again
 	}
 	if leases, err = s.cleanup(ctx, leases, sync); err != nil {
 		return err
@@ -120,6 +139,54 @@ func (s *sub) round(ctx context.Context, first bool) error {
 	return nil
 }
 
+// restore makes the member go on after its lease table was deleted under
+// it (DeleteGroup, an operator): the leases it held went with the table,
+// so their lanes are lost (nothing is committed: there is nowhere to), and
+// the table is created again as Subscribe creates it. The round goes on
+// with a shard sync in restoring mode, which creates the shards' leases
+// again where a new group starts, owned by restoredOwner (syncShards):
+// other members may still read shards whose leases vanished, until their
+// renewals fail, so no one takes those leases before they expire.
+func (s *sub) restore(ctx context.Context) error {
+	s.restoring = true
+	s.mu.Lock()
+	held := make([]*shard, 0, len(s.held))
+	for _, sh := range s.held {
+		held = append(held, sh)
+	}
+	s.mu.Unlock()
+	s.logger.Warn("the lease table is gone: its leases are lost; creating it again", "table", s.table.name, "lost", len(held))
+	if len(held) > 0 {
+		s.lose(held)
+	}
+	return s.table.ensure(ctx)
+}
+
+// vanished reports whether a lease the taker saw, not read to its end,
+// is missing from leases: only a deleted table (or item) loses such a
+// lease; cleanup deletes ended ones.
+func (s *sub) vanished(leases []*lease) bool {
+	have := make(map[string]bool, len(leases))
+	for _, l := range leases {
+		have[l.key] = true
+	}
+	for key, seen := range s.seen {
+		if !seen.ended && !have[key] {
+			return true
+		}
+	}
+	return false
+}
+
+// nudge wakes the taker when err says the lease table is missing: its
+// next round finds out and restores the table. The renewer and Commit
+// call it.
+func (s *sub) nudge(err error) {
+	if errorCode(err) == codeNotFound {
+		driver.Notify(s.kick)
+	}
+}
+
 // expired reports whether l's counter has not moved for failover_time on
 // the taker's clock, or l has no owner.
 func (s *sub) expired(l *lease, now time.Time) bool {
@@ -148,9 +215,11 @@ func (s *sub) choose(leases []*lease, now time.Time) []*lease {
 		prev, ok := s.seen[l.key]
 		switch {
 		case !ok && l.owner == "" && l.checkpointOwner == "":
-			s.seen[l.key] = seenLease{counter: l.counter} // never renewed
-		case !ok || prev.counter != l.counter:
-			s.seen[l.key] = seenLease{counter: l.counter, at: now}
+			s.seen[l.key] = seenLease{counter: l.counter, ended: l.ended()} // never renewed
+		case !ok || prev.counter != l.counter || l.owner == restoredOwner && prev.owner != restoredOwner:
+			// Moved, or created again after it vanished (its counter
+			// may be the one seen last): it expires from now.
+			s.seen[l.key] = seenLease{counter: l.counter, owner: l.owner, ended: l.ended(), at: now}
 		}
 	}
 	s.mu.Lock()
@@ -180,6 +249,8 @@ func (s *sub) choose(leases []*lease, now time.Time) []*lease {
 			counts[s.me]++
 		case s.expired(l, now):
 			free = append(free, l)
+		case l.owner == restoredOwner:
+			// No member's: free once it expired, never asked for.
 		default:
 			counts[l.owner]++
 		}
@@ -237,7 +308,8 @@ func parentsDone(l *lease, byKey map[string]*lease) bool {
 // a child of a leased shard from its start (TRIM_HORIZON), once its
 // parents end; any other shard where the group starts (TRIM_HORIZON for
 // StartEarliest, the time of creation for StartLatest, skipping shards
-// already closed). It reports whether it created any.
+// already closed). They are unowned, or restoredOwner's while the member
+// restores a table deleted under it. It reports whether it created any.
 func (s *sub) syncShards(ctx context.Context, leases []*lease) (bool, error) {
 	shards, err := s.conn.listShards(ctx, s.stream)
 	if err != nil {
@@ -266,6 +338,12 @@ func (s *sub) syncShards(ctx context.Context, leases []*lease) (bool, error) {
 		if have[si.id] || covered[si.id] {
 			continue
 		}
+		owner := ""
+		if s.restoring {
+			// The table was deleted: whoever held the shard's lease may
+			// still read it until its renewal fails.
+			owner = restoredOwner
+		}
 		checkpoint := ""
 		switch {
 		case slices.ContainsFunc(si.parents, func(p string) bool { return have[p] }):
@@ -277,7 +355,7 @@ func (s *sub) syncShards(ctx context.Context, leases []*lease) (bool, error) {
 		default:
 			continue
 		}
-		ok, err := s.table.create(ctx, si, checkpoint, now)
+		ok, err := s.table.create(ctx, si, owner, checkpoint, now)
 		if err != nil {
 			return created, err
 		}

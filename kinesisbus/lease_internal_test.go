@@ -46,7 +46,7 @@ func TestStaleCheckpointRefused(t *testing.T) {
 		t.Fatalf("ensure: %v", err)
 	}
 	t.Cleanup(func() { _ = tb.drop(context.Background()) })
-	if _, err := tb.create(ctx, shardInfo{id: "shardId-000000000000"}, TrimHorizon, 0); err != nil {
+	if _, err := tb.create(ctx, shardInfo{id: "shardId-000000000000"}, "", TrimHorizon, 0); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	l, _ := tb.get(ctx, "shardId-000000000000")
@@ -116,7 +116,7 @@ func TestTimeLag(t *testing.T) {
 		t.Fatalf("ensure: %v", err)
 	}
 	t.Cleanup(func() { _ = tb.drop(context.Background()) })
-	if _, err := tb.create(ctx, shardInfo{id: "shardId-000000000000"}, TrimHorizon, 0); err != nil {
+	if _, err := tb.create(ctx, shardInfo{id: "shardId-000000000000"}, "", TrimHorizon, 0); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	lags, err := c.GroupLag(ctx, stream, "g")

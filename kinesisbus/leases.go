@@ -50,6 +50,13 @@ const (
 	ShardEnd    = "SHARD_END"
 )
 
+// restoredOwner is the leaseOwner of a lease created again after it
+// vanished (its table was deleted under running members, and created
+// again): no member's, it is taken only once it expired, as a lease whose
+// holder stopped renewing it, so that a member still reading the shard
+// under the lease that vanished finds out and stops first.
+const restoredOwner = "omnibus-restored"
+
 // ErrNotOwner is wrapped by a checkpoint, renewal or release refused
 // because the member no longer holds the lease (another member took it,
 // or it expired): such a write never lands.
@@ -185,15 +192,19 @@ func (t *table) get(ctx context.Context, key string) (*lease, error) {
 	return l, nil
 }
 
-// create writes a new, unowned lease for shard unless one exists; it
-// reports whether it wrote one.
-func (t *table) create(ctx context.Context, s shardInfo, checkpoint string, startTime int64) (bool, error) {
+// create writes a new lease for shard unless one exists, unowned or, for
+// a lease that vanished, owned by restoredOwner; it reports whether it
+// wrote one.
+func (t *table) create(ctx context.Context, s shardInfo, owner, checkpoint string, startTime int64) (bool, error) {
 	item := map[string]types.AttributeValue{
 		attrKey:           str(s.id),
 		attrCounter:       num(0),
 		attrCheckpoint:    str(checkpoint),
 		attrSubSequence:   num(0),
 		attrOwnerSwitches: num(0),
+	}
+	if owner != "" {
+		item[attrOwner] = str(owner)
 	}
 	if len(s.parents) > 0 {
 		item[attrParents] = &types.AttributeValueMemberSS{Value: s.parents}

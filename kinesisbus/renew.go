@@ -49,6 +49,7 @@ func (s *sub) renew(ctx context.Context, sh *shard) bool {
 	sh.lmu.Lock()
 	defer sh.lmu.Unlock()
 	err := s.table.renew(ctx, sh.id, sh.counter, s.me, sh.handOver)
+	s.nudge(err)
 	if errors.Is(err, ErrNotOwner) {
 		l, gerr := s.table.get(ctx, sh.id)
 		switch {

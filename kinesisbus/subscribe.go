@@ -120,8 +120,9 @@ type sub struct {
 	kick chan struct{} // the taker: look again now
 
 	// The taker's own (balance.go).
-	seen     map[string]seenLease
-	lastSync time.Time
+	seen      map[string]seenLease
+	lastSync  time.Time
+	restoring bool // the lease table was deleted: leases created are restoredOwner's
 	// listed is the stream's shards at the last shard sync (cleanup.go).
 	listed []shardInfo
 
@@ -310,6 +311,7 @@ func (s *sub) write(ctx context.Context, sh *shard, position string) error {
 	sh.lmu.Lock()
 	defer sh.lmu.Unlock()
 	err := s.table.checkpoint(ctx, sh.id, sh.counter, s.me, sh.handOver, position, 0)
+	s.nudge(err)
 	if errors.Is(err, ErrNotOwner) {
 		l, gerr := s.table.get(ctx, sh.id)
 		switch {
@@ -459,7 +461,7 @@ func (s *sub) dropIfUnused(ctx context.Context) {
 		return
 	}
 	for _, l := range leases {
-		if l.owner != "" || l.checkpointOwner != "" {
+		if l.owner != "" && l.owner != restoredOwner || l.checkpointOwner != "" {
 			return
 		}
 	}
