@@ -96,6 +96,28 @@
 // longer knows it; a stream or table that does not exist is no error.
 // The CLI's bench and demo remove what they made with them.
 //
+// A lease table deleted under running members (DeleteGroup, an operator)
+// is created again by them. A member finds it missing at its next look
+// at the table (at once when a renewal or a checkpoint gets
+// ResourceNotFoundException), reports the lanes it held lost (Lanes.Lost:
+// nothing is committed, there is nowhere to), creates the table as
+// Subscribe does and the shards' leases where a new group starts, and
+// takes them again. The leases created again belong to no member
+// (leaseOwner omnibus-restored) until they expire, failover_time after a
+// member first sees them, so that a member still reading a shard under
+// the lease that was deleted finds out and stops before another takes
+// it, as when a lease expires: nothing is read for failover_time to about
+// twice that after the deletion. Reading goes on from where a new group
+// starts, as the checkpoints went with the table: with StartEarliest from
+// TRIM_HORIZON, so every record the stream still keeps is delivered
+// again, those handled included; with StartLatest from the time the
+// leases are created again, so the records that arrived before then and
+// had not been handled are never delivered (a gap). A member that
+// subscribes while the table is gone, or created again but still without
+// leases, cannot tell it from a new group: it takes the leases at once,
+// and a member that has not found out yet may read the same shards until
+// its next renewal (failover_time / 3).
+//
 // Every member is a KCL worker with its own identifier (the host's name
 // and a random suffix). Each failover_time / 2 it scans the table and
 // takes leases balanced by count: its target is the number of live
@@ -176,7 +198,9 @@
 // starts at the time it is created (StartLatest: an AT_TIMESTAMP
 // checkpoint) or at TRIM_HORIZON (StartEarliest). Delivery is at least
 // once: a lease that moves without a checkpoint (a member crashed) is
-// read again from the last one. Enhanced fan-out (SubscribeToShard) is
+// read again from the last one. A lease table deleted under the members
+// loses the checkpoints: they read on from where a new group starts
+// (see Leases and checkpoints), with StartLatest skipping records. Enhanced fan-out (SubscribeToShard) is
 // not used.
 //
 // Lag is time: for every shard not read to its end, the milliseconds the

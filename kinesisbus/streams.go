@@ -196,10 +196,12 @@ func (c *conn) DeleteTopic(ctx context.Context, stream string) error {
 
 // DeleteGroup deletes group's lease table of stream (lease_table names
 // it), with its leases and checkpoints, and waits until DynamoDB no
-// longer knows it; a table that does not exist is no error. Delete the
-// group of stopped members: a member still running does not create the
-// table again (only Subscribe does), so its checkpoints fail, and Run
-// returns that error. The CLI's bench removes its group with it.
+// longer knows it; a table that does not exist is no error. A member
+// still running creates the table again: its lanes are lost, and it
+// reads on, failover_time to about twice that later, from where a new
+// group starts (the package doc says what that redelivers or skips); to remove
+// a group for good, delete it once its members stopped. The CLI's bench
+// removes its group with it.
 func (c *conn) DeleteGroup(ctx context.Context, stream, group string) error {
 	if err := c.checkOpen("delete group", stream); err != nil {
 		return err
