@@ -4,7 +4,8 @@ package kinesisbus
 // every lease it holds every failover_time / 3, finds hand-overs other
 // members asked for (they go to the taker, which revokes them), and
 // declares lost, through Lanes.Lost, the leases another member took or
-// that it could not renew for failover_time.
+// that it could not renew for failover_time. (The taker declares lost
+// every lease held when it finds the lease table deleted: restore.)
 
 import (
 	"context"
@@ -83,7 +84,8 @@ func (s *sub) renew(ctx context.Context, sh *shard) bool {
 }
 
 // lose abandons the lanes of shards whose leases are gone: no commit,
-// the reader stops, and what it buffered is dropped.
+// the reader stops, and what it buffered is dropped. The renewer and the
+// taker (restore) call it; a shard lost already is skipped.
 func (s *sub) lose(lost []*shard) {
 	s.mu.Lock()
 	var ids []string

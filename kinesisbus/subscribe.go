@@ -5,9 +5,10 @@ package kinesisbus
 //
 // Goroutines of a member, all ended by Close: the taker (balance.go:
 // lists shards, scans the lease table, takes and hands over leases; it
-// alone calls Lanes.Claimed and Lanes.Revoked), the renewer (renew.go:
-// renews the leases held, calls Lanes.Lost) and one reader per shard held
-// (reader.go: GetRecords into the shard's buffer).
+// alone calls Lanes.Claimed and Lanes.Revoked; it creates the table again
+// when it was deleted, calling Lanes.Lost for every lease held), the
+// renewer (renew.go: renews the leases held, calls Lanes.Lost) and one
+// reader per shard held (reader.go: GetRecords into the shard's buffer).
 //
 // Locks: sub.mu guards the member's maps and every shard's buffer and
 // positions; shard.lmu serializes the conditional writes of one lease
