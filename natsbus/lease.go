@@ -1,7 +1,7 @@
 package natsbus
 
-// Leases: the refresher goroutine writes the member's heartbeat and its
-// leases every ttl/4; the watchdog goroutine gives a lease up at its
+// Leases: the refresher goroutine writes the member's leases, then its
+// heartbeat, every ttl/4; the watchdog goroutine gives a lease up at its
 // local deadline and reports the lane lost at once (Lanes.Lost), never
 // behind another lane's drain; free and deleteLease serve the balancer
 // and Close too. kvMu guards the leases and their fields; Lanes.Lost is
@@ -10,6 +10,7 @@ package natsbus
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,42 +53,64 @@ func (p *partitioned) refreshLoop() {
 	}
 }
 
-// refresh writes the member's heartbeat and every lease it holds, each
-// conditional on the revision it wrote last.
+// refresh updates every lease the member holds, each conditional on the
+// revision it wrote last, then writes the member's heartbeat: a slow or
+// failing heartbeat never holds a lease back.
 func (p *partitioned) refresh() {
+	p.refreshLeases()
 	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
 	_, _ = p.kv.Put(ctx, memberKey(p.id), []byte(p.s.c.cfg.name))
 	cancel()
+}
+
+// refreshLeases writes the member's leases all at once, with one deadline
+// for the round (ttl/4, the refresh period): one after the other, each
+// with a timeout of its own, a slow server could push the last past its
+// deadline while the first still waited. kvMu is held for the round, so
+// that release and the watchdog see each lease's revision as written.
+func (p *partitioned) refreshLeases() {
 	p.kvMu.Lock()
 	defer p.kvMu.Unlock()
+	begin := time.Now()
+	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
+	defer cancel()
+	type write struct {
+		l   *lease
+		rev uint64
+		err error
+	}
+	var writes []*write
+	var wg sync.WaitGroup
 	lost := false
 	for _, l := range p.leases {
 		if l.lost {
 			continue
 		}
-		begin := time.Now()
+		part, rev := l.part, l.rev
 		if begin.After(l.deadline) || (l.reader != nil && !l.reader.valid(begin)) {
 			// Unrefreshed too long: the lease may have expired on the
 			// server. Give it up, and free it if it is still ours.
 			p.loseLocked(l)
 			lost = true
-			ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
-			_ = p.kv.Delete(ctx, leaseKey(l.part), jetstream.LastRevision(l.rev))
-			cancel()
+			wg.Go(func() { _ = p.kv.Delete(ctx, leaseKey(part), jetstream.LastRevision(rev)) })
 			continue
 		}
-		ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
-		rev, err := p.kv.Update(ctx, leaseKey(l.part), []byte(p.id), l.rev)
-		cancel()
+		w := &write{l: l}
+		writes = append(writes, w)
+		wg.Go(func() { w.rev, w.err = p.kv.Update(ctx, leaseKey(part), []byte(p.id), rev) })
+	}
+	wg.Wait()
+	if p.ctx.Err() != nil {
+		return
+	}
+	for _, w := range writes {
 		switch {
-		case err == nil:
-			l.rev = rev
-			p.extendLocked(l, begin)
-		case p.ctx.Err() != nil:
-			return
-		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+		case w.err == nil:
+			w.l.rev = w.rev
+			p.extendLocked(w.l, begin)
+		case errors.Is(w.err, jetstream.ErrKeyRevisionMismatch), errors.Is(w.err, jetstream.ErrKeyExists):
 			// Expired on the server, and maybe taken.
-			p.loseLocked(l)
+			p.loseLocked(w.l)
 			lost = true
 		}
 	}
