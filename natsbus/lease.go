@@ -55,12 +55,24 @@ func (p *partitioned) refreshLoop() {
 
 // refresh updates every lease the member holds, each conditional on the
 // revision it wrote last, then writes the member's heartbeat: a slow or
-// failing heartbeat never holds a lease back.
+// failing heartbeat never holds a lease back. A heartbeat that fails, or
+// gets a revision below the last one (a bucket created anew), or a lease
+// lost, has the watcher look the bucket up (restore); the refresher does
+// not wait for it.
 func (p *partitioned) refresh() {
-	p.refreshLeases()
+	lost := p.refreshLeases()
 	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
-	_, _ = p.kv.Put(ctx, memberKey(p.id), []byte(p.s.c.cfg.name))
+	rev, err := p.kv.Put(ctx, memberKey(p.id), []byte(p.s.c.cfg.name))
 	cancel()
+	if p.ctx.Err() != nil {
+		return
+	}
+	if err != nil || rev <= p.beat || lost {
+		driver.Notify(p.lookup)
+	}
+	if err == nil {
+		p.beat = rev
+	}
 }
 
 // refreshLeases writes the member's leases all at once, with one deadline
@@ -68,7 +80,7 @@ func (p *partitioned) refresh() {
 // with a timeout of its own, a slow server could push the last past its
 // deadline while the first still waited. kvMu is held for the round, so
 // that release and the watchdog see each lease's revision as written.
-func (p *partitioned) refreshLeases() {
+func (p *partitioned) refreshLeases() (lost bool) {
 	p.kvMu.Lock()
 	defer p.kvMu.Unlock()
 	begin := time.Now()
@@ -81,7 +93,6 @@ func (p *partitioned) refreshLeases() {
 	}
 	var writes []*write
 	var wg sync.WaitGroup
-	lost := false
 	for _, l := range p.leases {
 		if l.lost {
 			continue
@@ -101,7 +112,7 @@ func (p *partitioned) refreshLeases() {
 	}
 	wg.Wait()
 	if p.ctx.Err() != nil {
-		return
+		return false
 	}
 	for _, w := range writes {
 		switch {
@@ -116,6 +127,66 @@ func (p *partitioned) refreshLeases() {
 	}
 	if lost {
 		driver.Notify(p.wakeup)
+	}
+	return lost
+}
+
+// restore looks the lease bucket up when the refresher suspects it was
+// deleted or replaced under the member (DeleteGroup, an operator). A
+// bucket that is missing it creates again, with the TTL the member
+// counts with; one that is not the bucket the member watched (missing,
+// or created anew by another member) held none of the member's leases:
+// they are lost at once (before a new bucket is created, so that no
+// refresh writes an old revision into it), and restore returns a key
+// watcher of the new bucket. It returns nil when the bucket is the one
+// watched, or when it cannot tell or fails: the next suspicion tries
+// again. It runs on the watcher goroutine.
+func (p *partitioned) restore() jetstream.KeyWatcher {
+	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
+	defer cancel()
+	name := p.kv.Bucket()
+	kv, err := p.s.c.js.KeyValue(ctx, name)
+	missing := errors.Is(err, jetstream.ErrBucketNotFound)
+	if err != nil && !missing {
+		return nil
+	}
+	var st jetstream.KeyValueStatus
+	if !missing {
+		if st, err = kv.Status(ctx); err != nil || bucketCreated(st).Equal(p.created) {
+			return nil
+		}
+	}
+	p.loseAll()
+	if missing {
+		kv, err = p.s.c.bucket(ctx, jetstream.KeyValueConfig{
+			Bucket:      name,
+			Description: leaseDescription(p.s.ref.name, p.s.opts.Group),
+			TTL:         p.ttl,
+		})
+		if err != nil {
+			return nil
+		}
+		if st, err = kv.Status(ctx); err != nil {
+			return nil
+		}
+	}
+	w, err := kv.WatchAll(p.ctx)
+	if err != nil {
+		return nil
+	}
+	p.created = bucketCreated(st)
+	driver.Notify(p.wakeup)
+	return w
+}
+
+// loseAll gives up every lease the member holds.
+func (p *partitioned) loseAll() {
+	p.kvMu.Lock()
+	defer p.kvMu.Unlock()
+	for _, l := range p.leases {
+		if !l.lost {
+			p.loseLocked(l)
+		}
 	}
 }
 

@@ -6,6 +6,13 @@ package natsbus
 // which mirrors the bucket's keys into view. The refresher and the
 // watchdog are in lease.go, the balancer in balance.go, hand-overs in
 // handover.go. Lock order: kvMu before sub.mu; viewMu alone.
+//
+// The lease bucket may be deleted under the member (DeleteGroup, an
+// operator): the refresher, when its heartbeat fails, its heartbeat's
+// revision drops (a bucket created anew) or a lease is lost, asks the
+// watcher to look the bucket up (lookup), and the watcher creates it
+// again, gives up the leases that went with the old one and watches the
+// new one (restore): the refresher never waits for it.
 
 import (
 	"context"
@@ -36,15 +43,16 @@ func (c *conn) subscribePartitioned(ctx context.Context, topic string, ref *stre
 	if err := s.join(ctx); err != nil {
 		return fail(err)
 	}
-	kv, ttl, err := c.leaseBucket(ctx, ref, opts.Group)
+	kv, ttl, created, err := c.leaseBucket(ctx, ref, opts.Group)
 	if err != nil {
 		return fail(err)
 	}
 	pctx, cancel := context.WithCancel(context.Background())
 	p := &partitioned{
 		s: s, kv: kv, id: omnibus.NewID(), ttl: ttl, every: c.cfg.rebalance, parts: ref.parts,
-		ctx: pctx, cancel: cancel,
+		ctx: pctx, cancel: cancel, created: created,
 		ready:  make(chan struct{}),
+		lookup: make(chan struct{}, 1),
 		wakeup: make(chan struct{}, 1),
 		check:  make(chan struct{}, 1),
 		leases: map[int]*lease{},
@@ -78,54 +86,75 @@ func (c *conn) subscribePartitioned(ctx context.Context, topic string, ref *stre
 }
 
 // leaseBucket opens, or creates, the KV bucket of group's leases and
-// returns it with its TTL. An existing bucket keeps its TTL (the first
-// member to create it set it), so every member agrees on it.
-func (c *conn) leaseBucket(ctx context.Context, ref *streamRef, group string) (jetstream.KeyValue, time.Duration, error) {
+// returns it with its TTL and the creation time of its stream (which
+// tells it from a bucket of the same name created after it). An existing
+// bucket keeps its TTL (the first member to create it set it), so every
+// member agrees on it.
+func (c *conn) leaseBucket(ctx context.Context, ref *streamRef, group string) (kv jetstream.KeyValue, ttl time.Duration, created time.Time, err error) {
 	name := leaseBucket(ref.name, group)
-	kv, err := c.bucket(ctx, jetstream.KeyValueConfig{
+	kv, err = c.bucket(ctx, jetstream.KeyValueConfig{
 		Bucket:      name,
-		Description: "omnibus partition leases of group " + group + " on stream " + ref.name,
+		Description: leaseDescription(ref.name, group),
 		TTL:         c.cfg.leaseTTL,
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, time.Time{}, err
 	}
 	st, err := kv.Status(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("lease bucket %q: %w", name, classify(err))
+		return nil, 0, time.Time{}, fmt.Errorf("lease bucket %q: %w", name, classify(err))
 	}
-	ttl := st.TTL()
+	ttl = st.TTL()
 	if ttl < minLeaseTTL {
-		return nil, 0, fmt.Errorf("lease bucket %q has TTL %v; leases need one of at least %v (delete the bucket to have it created again): %w",
+		return nil, 0, time.Time{}, fmt.Errorf("lease bucket %q has TTL %v; leases need one of at least %v (delete the bucket to have it created again): %w",
 			name, ttl, minLeaseTTL, driver.ErrInvalid)
 	}
-	return kv, ttl, nil
+	return kv, ttl, bucketCreated(st), nil
+}
+
+// leaseDescription describes group's lease bucket on stream.
+func leaseDescription(stream, group string) string {
+	return "omnibus partition leases of group " + group + " on stream " + stream
+}
+
+// bucketCreated is when the stream of the bucket st describes was
+// created; zero if st does not tell.
+func bucketCreated(st jetstream.KeyValueStatus) time.Time {
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+		return bs.StreamInfo().Created
+	}
+	return time.Time{}
 }
 
 // partitioned is a member's share of a partitioned topic: the leases it
 // holds and the goroutines that keep them.
 //
-// Goroutines, ended by stop: the watcher (the bucket's keys into view),
-// the refresher (heartbeat and leases every ttl/4), the balancer (takes
-// and gives up partitions; calls Lanes.Claimed and Lanes.Revoked) and the
-// watchdog (gives up a lease at its deadline and calls Lanes.Lost, so
-// that a lost lane reaches the engine at once, never behind another
-// lane's drain). Lock order: kvMu before sub.mu; viewMu alone. No Lanes
-// call is made with a lock held.
+// Goroutines, ended by stop: the watcher (the bucket's keys into view;
+// it restores a bucket deleted under the member, and owns and stops
+// every key watcher it uses), the refresher (leases, then heartbeat,
+// every ttl/4), the balancer (takes and gives up partitions; calls
+// Lanes.Claimed and Lanes.Revoked) and the watchdog (gives up a lease at
+// its deadline and calls Lanes.Lost, so that a lost lane reaches the
+// engine at once, never behind another lane's drain). Lock order: kvMu
+// before sub.mu; viewMu alone (the watcher takes kvMu, then viewMu, one
+// after the other, never both). No Lanes call is made with a lock held.
 type partitioned struct {
 	s      *sub
-	kv     jetstream.KeyValue
-	id     string // member ID
+	kv     jetstream.KeyValue // by name: reaches a bucket created again under it
+	id     string             // member ID
 	ttl    time.Duration
 	every  time.Duration
 	parts  int
 	ctx    context.Context // I/O and Revoked; cancelled by stop
 	cancel context.CancelFunc
-	watch  jetstream.KeyWatcher
 	ready  chan struct{} // closed when the watcher delivered the initial keys
 	wakeup chan struct{} // a lease was lost: balance now
 	check  chan struct{} // a lease was claimed or lost: the watchdog looks again
+	lookup chan struct{} // the bucket may be gone or new: the watcher looks it up
 	wg     sync.WaitGroup
+
+	created time.Time // the watched bucket's stream creation; the watcher's (start's before it runs)
+	beat    uint64    // the heartbeat's last revision; the refresher's (start's before it runs)
 
 	kvMu   sync.Mutex // serializes lease writes; guards leases and their fields
 	leases map[int]*lease
@@ -153,17 +182,18 @@ type viewEntry struct {
 }
 
 func (p *partitioned) start(ctx context.Context) error {
-	if _, err := p.kv.Put(ctx, memberKey(p.id), []byte(p.s.c.cfg.name)); err != nil {
+	rev, err := p.kv.Put(ctx, memberKey(p.id), []byte(p.s.c.cfg.name))
+	if err != nil {
 		return fmt.Errorf("lease bucket %q: heartbeat: %w", p.kv.Bucket(), err)
 	}
+	p.beat = rev
 	w, err := p.kv.WatchAll(p.ctx)
 	if err != nil {
 		_ = p.kv.Delete(ctx, memberKey(p.id))
 		return fmt.Errorf("lease bucket %q: watch: %w", p.kv.Bucket(), err)
 	}
-	p.watch = w
 	p.wg.Add(4)
-	go p.watchLoop()
+	go p.watchLoop(w)
 	go p.refreshLoop()
 	go p.balanceLoop()
 	go p.watchdogLoop()
@@ -173,29 +203,57 @@ func (p *partitioned) start(ctx context.Context) error {
 // stop ends the lease goroutines; a Revoked in progress returns early.
 func (p *partitioned) stop() {
 	p.cancel()
-	if p.watch != nil {
-		_ = p.watch.Stop()
-	}
 	p.wg.Wait()
 }
 
-func (p *partitioned) watchLoop() {
+// watchLoop mirrors the bucket's keys into view, from w and then from
+// the key watcher of each restore, until stop; it stops the key watcher
+// it holds on the way out. It alone writes view and created.
+func (p *partitioned) watchLoop(w jetstream.KeyWatcher) {
 	defer p.wg.Done()
+	defer func() { stopWatch(w) }()
+	updates := w.Updates()
 	ready := false
-	for e := range p.watch.Updates() {
-		if e == nil {
-			if !ready {
-				ready = true
-				close(p.ready)
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.lookup:
+			nw := p.restore()
+			if nw == nil {
+				continue
 			}
-			continue
+			stopWatch(w)
+			w, updates = nw, nw.Updates()
+			p.viewMu.Lock()
+			p.view = map[string]viewEntry{} // the old bucket's keys went with it
+			p.viewMu.Unlock()
+		case e, ok := <-updates:
+			switch {
+			case !ok:
+				updates = nil // ended under the member: a restore may watch again
+			case e == nil:
+				if !ready {
+					ready = true
+					close(p.ready)
+				}
+			default:
+				p.viewMu.Lock()
+				if e.Operation() == jetstream.KeyValuePut {
+					p.view[e.Key()] = viewEntry{value: string(e.Value()), seen: time.Now()}
+				} else {
+					delete(p.view, e.Key())
+				}
+				p.viewMu.Unlock()
+			}
 		}
-		p.viewMu.Lock()
-		if e.Operation() == jetstream.KeyValuePut {
-			p.view[e.Key()] = viewEntry{value: string(e.Value()), seen: time.Now()}
-		} else {
-			delete(p.view, e.Key())
-		}
-		p.viewMu.Unlock()
+	}
+}
+
+// stopWatch stops w and reads what it still delivers until it closes its
+// updates, so that no delivery of its subscription stays blocked.
+func stopWatch(w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	for range w.Updates() {
 	}
 }
