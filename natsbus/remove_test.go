@@ -3,6 +3,7 @@ package natsbus_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -60,14 +61,15 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 	}
 }
 
-// TestDeleteGroupWithMember: DeleteGroup under a running member of an
-// unpartitioned group deletes the group's consumer and positions bucket;
-// the member creates both again and loses nothing published after (the
-// stream keeps it); once the member stopped, DeleteGroup leaves nothing
-// of the group, as a raw jetstream client sees it. (A partitioned member
-// does not create its lease bucket again: DeleteGroup's doc says so.)
+// TestDeleteGroupWithMember: DeleteGroup under a running member,
+// unpartitioned and partitioned, deletes the group's consumers and
+// buckets; the member creates them again and loses nothing published
+// after (the stream keeps it); once the member stopped, DeleteGroup
+// leaves nothing of the group, as a raw jetstream client sees it. The
+// partitioned member's test publishes once the member holds every
+// partition's lease again, in a lease bucket of its making.
 func TestDeleteGroupWithMember(t *testing.T) {
-	for name, params := range map[string]string{"unpartitioned": ""} { // partitioned: see the comment above
+	for name, params := range map[string]string{"unpartitioned": "", "partitioned": "?" + partitionedParams} {
 		t.Run(name, func(t *testing.T) {
 			base := externalURL(t)
 			c := open(t, base+params)
@@ -76,7 +78,19 @@ func TestDeleteGroupWithMember(t *testing.T) {
 				t.Fatal(err)
 			}
 			js := rawJetStream(t, base)
+			var back func() bool
+			if params != "" {
+				back = func() bool {
+					kv, err := js.KeyValue(t.Context(), natsbus.LeaseBucket(topic, group))
+					if err != nil {
+						return false
+					}
+					keys, err := kv.Keys(t.Context())
+					return err == nil && slices.Contains(keys, "p.0") && slices.Contains(keys, "p.1") && slices.Contains(keys, "p.2")
+				}
+			}
 			transporttest.DeleteUnderMember(t, c, topic, group, 30, transporttest.Busy{
+				Back: back,
 				Gone: func() {
 					have := groupState(t, js, topic, group)
 					if len(have) > 0 {
