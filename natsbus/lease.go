@@ -1,7 +1,7 @@
 package natsbus
 
-// Leases: the refresher goroutine writes the member's leases, then its
-// heartbeat, every ttl/4; the watchdog goroutine gives a lease up at its
+// Leases: the refresher goroutine writes the member's heartbeat and its
+// leases, all at once, every ttl/4; the watchdog goroutine gives a lease up at its
 // local deadline and reports the lane lost at once (Lanes.Lost), never
 // behind another lane's drain; free and deleteLease serve the balancer
 // and Close too. kvMu guards the leases and their fields; Lanes.Lost is
@@ -53,17 +53,25 @@ func (p *partitioned) refreshLoop() {
 	}
 }
 
-// refresh updates every lease the member holds, each conditional on the
-// revision it wrote last, then writes the member's heartbeat: a slow or
-// failing heartbeat never holds a lease back. A heartbeat that fails, or
-// gets a revision below the last one (a bucket created anew), or a lease
-// lost, has the watcher look the bucket up (restore); the refresher does
-// not wait for it.
+// refresh writes the member's heartbeat and updates every lease it
+// holds, each conditional on the revision it wrote last: all at once,
+// with one deadline for the round (ttl/4, the refresh period), so that a
+// slow or failing write, the heartbeat's or a lease's, never holds
+// another lease back, in this round or the next. (One after the other,
+// each with a timeout of its own, a slow server could push the last
+// lease past its deadline while the first ones waited.) A heartbeat
+// that fails, or gets a revision below the last one (a bucket created
+// anew), or a lease lost, has the watcher look the bucket up (restore)
+// once the round is done; the refresher does not wait for it.
 func (p *partitioned) refresh() {
-	lost := p.refreshLeases()
 	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
-	rev, err := p.kv.Put(ctx, memberKey(p.id), []byte(p.s.c.cfg.name))
-	cancel()
+	defer cancel()
+	var rev uint64
+	var err error
+	var beat sync.WaitGroup
+	beat.Go(func() { rev, err = p.kv.Put(ctx, memberKey(p.id), []byte(p.s.c.cfg.name)) })
+	lost := p.refreshLeases(ctx)
+	beat.Wait()
 	if p.ctx.Err() != nil {
 		return
 	}
@@ -75,17 +83,13 @@ func (p *partitioned) refresh() {
 	}
 }
 
-// refreshLeases writes the member's leases all at once, with one deadline
-// for the round (ttl/4, the refresh period): one after the other, each
-// with a timeout of its own, a slow server could push the last past its
-// deadline while the first still waited. kvMu is held for the round, so
-// that release and the watchdog see each lease's revision as written.
-func (p *partitioned) refreshLeases() (lost bool) {
+// refreshLeases updates the member's leases all at once, within ctx, and
+// reports whether it lost any. kvMu is held until every write answered,
+// so that release and the watchdog see each lease's revision as written.
+func (p *partitioned) refreshLeases(ctx context.Context) (lost bool) {
 	p.kvMu.Lock()
 	defer p.kvMu.Unlock()
 	begin := time.Now()
-	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
-	defer cancel()
 	type write struct {
 		l   *lease
 		rev uint64
@@ -138,7 +142,8 @@ func (p *partitioned) refreshLeases() (lost bool) {
 // or created anew by another member) held none of the member's leases:
 // they are lost at once (before a new bucket is created, so that no
 // refresh writes an old revision into it), and restore returns a key
-// watcher of the new bucket. It returns nil when the bucket is the one
+// watcher of the new bucket (whose initial keys wake the balancer, which
+// claims the partitions again). It returns nil when the bucket is the one
 // watched, or when it cannot tell or fails: the next suspicion tries
 // again. It runs on the watcher goroutine.
 func (p *partitioned) restore() jetstream.KeyWatcher {
@@ -175,7 +180,6 @@ func (p *partitioned) restore() jetstream.KeyWatcher {
 		return nil
 	}
 	p.created = bucketCreated(st)
-	driver.Notify(p.wakeup)
 	return w
 }
 

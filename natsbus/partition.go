@@ -232,11 +232,12 @@ func (p *partitioned) watchLoop(w jetstream.KeyWatcher) {
 			switch {
 			case !ok:
 				updates = nil // ended under the member: a restore may watch again
-			case e == nil:
+			case e == nil: // the initial keys are in view: balance on them
 				if !ready {
 					ready = true
 					close(p.ready)
 				}
+				driver.Notify(p.wakeup)
 			default:
 				p.viewMu.Lock()
 				if e.Operation() == jetstream.KeyValuePut {
