@@ -142,10 +142,10 @@
 // DeleteTopic (the topic's stream, with its messages and consumers) and
 // DeleteGroup (the group's consumers and its positions and lease
 // buckets, which outlive the stream: delete a topic's groups before the
-// topic); a topic or group that does not exist is no error. An
-// unpartitioned group's running members create their consumer and
-// positions bucket again; a partitioned group's stall without their
-// lease bucket: delete it once they stopped (see DeleteGroup). The CLI's
+// topic); a topic or group that does not exist is no error. Running
+// members create their consumers and buckets again (see DeleteGroup): a
+// partitioned member whose lease bucket went creates it again, loses
+// the lanes whose leases went with it and claims them again. The CLI's
 // bench removes what it made with them.
 //
 // # Partitioned mode
@@ -451,8 +451,10 @@
 // (the pull iterator's messages into the member's inbox, a bounded queue
 // that Receive empties in batches) and a keeper goroutine (in-progress
 // signals, and the group's positions). In partitioned mode a member also
-// runs a watcher (the lease bucket's keys), a refresher (heartbeat and
-// leases), a balancer (claims and releases: Lanes.Claimed and
-// Lanes.Revoked) and a watchdog (lease deadlines: Lanes.Lost). All end in
-// the member's Close, which first releases the member's leases.
+// runs a watcher (the lease bucket's keys; it creates a deleted lease
+// bucket again and watches the new one), a refresher (heartbeat and
+// leases, written all at once), a balancer (claims and releases:
+// Lanes.Claimed and Lanes.Revoked) and a watchdog (lease deadlines:
+// Lanes.Lost). All end in the member's Close, which first releases the
+// member's leases.
 package natsbus

@@ -236,13 +236,13 @@ func (c *conn) DeleteTopic(ctx context.Context, topic string) error {
 // DeleteGroup deletes what the server keeps of group on topic: its
 // durable consumer (one per partition of a partitioned topic, the
 // stream's layout deciding), its positions bucket and its lease bucket.
-// A group or topic that does not exist is no error. A member of an
-// unpartitioned group still running creates its consumer and its
-// positions bucket again, the consumer at the stream's first message
-// (the record went with the bucket: redeliveries, not a loss). Delete a
-// partitioned group once its members stopped: a member still running
-// does not create its lease bucket again, cannot renew or claim leases,
-// and its lanes stop. The CLI's bench removes its group with it, after
+// A group or topic that does not exist is no error. A member still
+// running that finds its consumer gone creates it again with its
+// positions bucket, at the stream's first message (the record went with
+// the bucket: redeliveries, not a loss); a partitioned member whose
+// heartbeat fails creates its lease bucket again (with the TTL it counts
+// with), and the lanes whose leases went with the old bucket are lost
+// and claimed again. The CLI's bench removes its group with it, after
 // its consumers stopped.
 func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
 	if err := c.checkOpen("delete group", topic); err != nil {
