@@ -131,8 +131,8 @@ func bucketCreated(st jetstream.KeyValueStatus) time.Time {
 //
 // Goroutines, ended by stop: the watcher (the bucket's keys into view;
 // it restores a bucket deleted under the member, and owns and stops
-// every key watcher it uses), the refresher (leases, then heartbeat,
-// every ttl/4), the balancer (takes and gives up partitions; calls
+// every key watcher it uses), the refresher (heartbeat and leases,
+// written at once, every ttl/4), the balancer (takes and gives up partitions; calls
 // Lanes.Claimed and Lanes.Revoked) and the watchdog (gives up a lease at
 // its deadline and calls Lanes.Lost, so that a lost lane reaches the
 // engine at once, never behind another lane's drain). Lock order: kvMu
