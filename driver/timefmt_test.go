@@ -40,7 +40,7 @@ func FuzzParseWritten(f *testing.F) {
 			f.Add(t.Unix(), int64(t.Nanosecond()), 0)
 		}
 	}
-	f.Add(int64(-62135596800-1), int64(0), 0) // before year 1
+	f.Add(int64(-62135596800-1), int64(0), 0)  // before year 1
 	f.Add(int64(253402300800), int64(7), 3600) // year 10000
 	f.Fuzz(func(t *testing.T, sec, nsec int64, offset int) {
 		at := time.Unix(sec, nsec).In(time.FixedZone("z", offset%86400))
