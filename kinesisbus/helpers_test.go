@@ -3,7 +3,6 @@ package kinesisbus_test
 import (
 	"context"
 	"flag"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -179,13 +178,18 @@ func cleanup(prefixes ...string) {
 
 // proxy forwards TCP connections from a loopback port to target until
 // cut: then it closes every connection and refuses new ones, as a
-// network partition or a crashed host would look to the server.
+// network partition or a crashed host would look to the server. While
+// paused it accepts connections and reads what either side sends but
+// forwards nothing, as a network that drops packets (or a server that
+// hangs) looks to a client: calls neither fail nor return.
 type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	cut    bool
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	resumed *sync.Cond // on mu: paused or cut changed
+	conns   []net.Conn
+	cut     bool
+	paused  bool
 }
 
 func newProxy(t testing.TB, target string) *proxy {
@@ -195,6 +199,7 @@ func newProxy(t testing.TB, target string) *proxy {
 		t.Fatalf("listen: %v", err)
 	}
 	p := &proxy{ln: ln, target: target}
+	p.resumed = sync.NewCond(&p.mu)
 	go p.serve()
 	t.Cleanup(p.Cut)
 	return p
@@ -222,9 +227,47 @@ func (p *proxy) serve() {
 		}
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
-		go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
-		go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+		go p.pipe(s, c)
+		go p.pipe(c, s)
 	}
+}
+
+// pipe copies from src to dst, holding what it read while the proxy is
+// paused, and closes dst when src ends.
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer func() { _ = dst.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for p.paused && !p.cut {
+				p.resumed.Wait()
+			}
+			p.mu.Unlock()
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Pause stops forwarding: calls through the proxy hang until Resume.
+func (p *proxy) Pause() {
+	p.mu.Lock()
+	p.paused = true
+	p.mu.Unlock()
+}
+
+// Resume forwards again what was held and what follows.
+func (p *proxy) Resume() {
+	p.mu.Lock()
+	p.paused = false
+	p.resumed.Broadcast()
+	p.mu.Unlock()
 }
 
 // Cut closes the proxy's connections and its port.
@@ -235,6 +278,7 @@ func (p *proxy) Cut() {
 		return
 	}
 	p.cut = true
+	p.resumed.Broadcast()
 	_ = p.ln.Close()
 	for _, c := range p.conns {
 		_ = c.Close()
