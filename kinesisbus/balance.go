@@ -102,6 +102,7 @@ func (s *sub) round(ctx context.Context, first bool) error {
 			}
 			continue
 		}
+		begin := time.Now()
 		counter, err := s.table.take(ctx, l, s.me)
 		if errors.Is(err, ErrNotOwner) {
 			continue // another member was first
@@ -110,7 +111,8 @@ func (s *sub) round(ctx context.Context, first bool) error {
 			return err
 		}
 		s.seen[l.key] = seenLease{counter: counter, at: time.Now()}
-		sh := &shard{id: l.key, counter: counter, renewed: time.Now(), space: make(chan struct{}, 1)}
+		sh := &shard{id: l.key, counter: counter, space: make(chan struct{}, 1)}
+		sh.deadline = begin.Add(s.conn.cfg.failover * 3 / 4) // extend's, before anyone else sees sh
 		if l.owner != "" && l.owner != s.me {
 			s.logger.Info("took an expired lease", "shard", l.key, "from", l.owner)
 		}
@@ -133,6 +135,7 @@ func (s *sub) round(ctx context.Context, first bool) error {
 		sh.claimed = true
 	}
 	s.mu.Unlock()
+	driver.Notify(s.check) // one may be past its deadline already
 	for _, sh := range claimed {
 		s.startReader(sh)
 	}
@@ -370,12 +373,17 @@ func (s *sub) syncShards(ctx context.Context, leases []*lease) (bool, error) {
 // drains them and commits (through Commit) before Revoked returns; the
 // leases are then released.
 func (s *sub) revokePending(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.conn.cfg.failover+time.Minute)
+	defer cancel()
 	s.mu.Lock()
 	var out []*shard
 	for id, sh := range s.revoke {
 		delete(s.revoke, id)
 		if s.held[id] == sh && !sh.gone {
 			sh.revoking = true
+			// The watchdog cuts the drain short when the lease passes
+			// its deadline (for every lane of this Revoked).
+			sh.cutDrain = cancel
 			sh.buf, sh.bufBytes = nil, 0
 			out = append(out, sh)
 		}
@@ -399,7 +407,6 @@ func (s *sub) revokePending(ctx context.Context) {
 		s.stopReader(sh)
 	}
 	slices.Sort(ids)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.conn.cfg.failover+time.Minute)
 	s.lanes.Revoked(rctx, ids)
 	cancel()
 	s.mu.Lock()

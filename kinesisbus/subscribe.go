@@ -7,13 +7,17 @@ package kinesisbus
 // lists shards, scans the lease table, takes and hands over leases; it
 // alone calls Lanes.Claimed and Lanes.Revoked; it creates the table again
 // when it was deleted, calling Lanes.Lost for every lease held), the
-// renewer (renew.go: renews the leases held, calls Lanes.Lost) and one
-// reader per shard held (reader.go: GetRecords into the shard's buffer).
+// renewer (renew.go: renews the leases held, each in a goroutine of its
+// own that it waits for; calls Lanes.Lost for leases another member
+// took), the watchdog (renew.go: gives a lease up at its deadline and
+// calls Lanes.Lost at once) and one reader per shard held (reader.go:
+// GetRecords into the shard's buffer).
 //
-// Locks: sub.mu guards the member's maps and every shard's buffer and
-// positions; shard.lmu serializes the conditional writes of one lease
-// (renewal, checkpoint, release), which all move its counter. Lock
-// order: shard.lmu before sub.mu; no Lanes callback runs under either.
+// Locks: sub.mu guards the member's maps and every shard's buffer,
+// positions and deadline; shard.lmu serializes the conditional writes of
+// one lease (renewal, checkpoint, release), which all move its counter.
+// Lock order: shard.lmu before sub.mu; no Lanes callback runs under
+// either, and no DynamoDB call runs under sub.mu.
 
 import (
 	"context"
@@ -58,6 +62,7 @@ func (c *conn) Subscribe(ctx context.Context, stream string, opts driver.Subscri
 		cancel:    cancel,
 		wake:      make(chan struct{}, 1),
 		kick:      make(chan struct{}, 1),
+		check:     make(chan struct{}, 1),
 		held:      map[string]*shard{},
 		revoke:    map[string]*shard{},
 		seen:      map[string]seenLease{},
@@ -78,8 +83,10 @@ func (c *conn) Subscribe(ctx context.Context, stream string, opts driver.Subscri
 	s.takerCtx, s.takerStop = context.WithCancel(bctx)
 	s.takerDone = make(chan struct{})
 	s.renewerDone = make(chan struct{})
+	s.watchdogDone = make(chan struct{})
 	go s.takeLoop()
 	go s.renewLoop()
+	go s.watchLoop()
 	return s, nil
 }
 
@@ -108,17 +115,19 @@ type sub struct {
 	bufBytes  int // the most bytes a reader holds
 	logger    *slog.Logger
 
-	ctx    context.Context // ends at Close: the readers' and the renewer's lifetime
+	ctx    context.Context // ends at Close: the readers', the renewer's and the watchdog's lifetime
 	cancel context.CancelFunc
 
-	takerCtx    context.Context
-	takerStop   context.CancelFunc
-	takerDone   chan struct{}
-	renewerDone chan struct{}
-	readers     sync.WaitGroup
+	takerCtx     context.Context
+	takerStop    context.CancelFunc
+	takerDone    chan struct{}
+	renewerDone  chan struct{}
+	watchdogDone chan struct{}
+	readers      sync.WaitGroup
 
-	wake chan struct{} // Receive: records arrived, lanes changed, closed
-	kick chan struct{} // the taker: look again now
+	wake  chan struct{} // Receive: records arrived, lanes changed, closed
+	kick  chan struct{} // the taker: look again now
+	check chan struct{} // the watchdog: a lane was claimed, look again now
 
 	// The taker's own (balance.go).
 	seen      map[string]seenLease
@@ -144,17 +153,22 @@ type shard struct {
 	id   string
 	from *lease // the lease as taken: where the reader starts
 
-	// lmu serializes the lease's conditional writes; it guards counter,
-	// handOver and renewed.
+	// lmu serializes the lease's conditional writes; it guards counter
+	// and handOver.
 	lmu      sync.Mutex
 	counter  int64
 	handOver bool // another member asked for it: leaseOwner is theirs, checkpointOwner ours
-	renewed  time.Time
 
 	// Guarded by sub.mu.
-	claimed   bool // Lanes.Claimed was called: Receive may return its records
-	revoking  bool // on its way out: Receive returns none of it
-	gone      bool // revoked or lost: nothing is committed any more
+	// deadline is when the member stops using the lease unless it
+	// writes it again first (extend); expired is set once it passed, for
+	// good: nothing of the shard is delivered or checkpointed any more.
+	deadline  time.Time
+	expired   bool
+	cutDrain  context.CancelFunc // ends the Revoked call draining it, if one does
+	claimed   bool               // Lanes.Claimed was called: Receive may return its records
+	revoking  bool               // on its way out: Receive returns none of it
+	gone      bool               // revoked or lost: nothing is committed any more
 	buf       []*driver.Delivery
 	bufBytes  int
 	ended     bool   // the reader reached the end of the closed shard
@@ -225,7 +239,8 @@ func (s *sub) Receive(ctx context.Context, room driver.Room) ([]*driver.Delivery
 	}
 }
 
-// takeLocked takes from the shards' buffers what fits in room.
+// takeLocked takes from the shards' buffers what fits in room; nothing
+// of a shard whose lease is past its deadline.
 func (s *sub) takeLocked(room driver.Room) []*driver.Delivery {
 	ids := make([]string, 0, len(s.held))
 	for id := range s.held {
@@ -235,9 +250,10 @@ func (s *sub) takeLocked(room driver.Room) []*driver.Delivery {
 	var ds []*driver.Delivery
 	bytes := 0
 	s.rr++
+	now := time.Now()
 	for i := range ids {
 		sh := s.held[ids[(s.rr+i)%len(ids)]]
-		if !sh.claimed || sh.revoking || sh.gone {
+		if !sh.claimed || sh.revoking || sh.gone || !s.validLocked(sh, now) {
 			continue
 		}
 		n := 0
@@ -307,10 +323,22 @@ func (s *sub) checkpoint(ctx context.Context, sh *shard, seq string) error {
 	return s.maybeFinish(ctx, sh)
 }
 
-// write checkpoints position in sh's lease.
+// write checkpoints position in sh's lease, unless the lease is past its
+// deadline. A write begun before the deadline may land after it: it is
+// conditional on the counter, which only this member's writes moved
+// since, so no other member has read the shard under a lease of its own
+// yet, and what it records was handled (handed out before the
+// deadline); landing, it moves the counter, so no member takes the lease
+// for failover_time after that.
 func (s *sub) write(ctx context.Context, sh *shard, position string) error {
 	sh.lmu.Lock()
 	defer sh.lmu.Unlock()
+	begin := time.Now()
+	if !s.valid(sh, begin) {
+		return fmt.Errorf("kinesisbus: commit %q shard %s: the lease is past its deadline: %w", s.stream, sh.id, ErrNotOwner)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.leaseTimeout())
+	defer cancel()
 	err := s.table.checkpoint(ctx, sh.id, sh.counter, s.me, sh.handOver, position, 0)
 	s.nudge(err)
 	if errors.Is(err, ErrNotOwner) {
@@ -332,7 +360,7 @@ func (s *sub) write(ctx context.Context, sh *shard, position string) error {
 		return fmt.Errorf("kinesisbus: commit %q: %w", s.stream, err)
 	}
 	sh.counter++
-	sh.renewed = time.Now()
+	s.extend(sh, begin)
 	return nil
 }
 
@@ -344,7 +372,9 @@ func (s *sub) handOverAsked(sh *shard, l *lease) bool {
 	if sh.handOver || l.checkpointOwner != s.me || l.owner == s.me {
 		return false
 	}
-	sh.handOver, sh.counter, sh.renewed = true, l.counter, time.Now()
+	// The counter is the one this member wrote last (a hand-over
+	// leaves it alone): the deadline stays.
+	sh.handOver, sh.counter = true, l.counter
 	s.mu.Lock()
 	s.revoke[sh.id] = sh
 	s.mu.Unlock()
@@ -426,6 +456,7 @@ func (s *sub) Close() error {
 		s.cancel()
 		if s.renewerDone != nil {
 			<-s.renewerDone
+			<-s.watchdogDone
 		}
 		s.readers.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -446,6 +477,8 @@ func (s *sub) Close() error {
 func (s *sub) release(ctx context.Context, sh *shard) {
 	sh.lmu.Lock()
 	defer sh.lmu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.leaseTimeout())
+	defer cancel()
 	if err := s.table.release(ctx, sh.id, sh.counter, s.me, sh.handOver); err != nil {
 		if !errors.Is(err, ErrNotOwner) {
 			s.logger.Warn("releasing a lease failed; it expires after failover_time", "shard", sh.id, "err", err)
