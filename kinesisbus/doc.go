@@ -131,16 +131,42 @@
 // counter with a conditional write. A lease expires when its counter has
 // not moved for failover_time, measured on the taker's own clock from
 // when it first saw that counter: clocks of different hosts are never
-// compared. A member that cannot renew a lease for failover_time gives it
-// up itself.
+// compared.
+//
+// The holder, in turn, stops using a lease before anyone may take it: at
+// a deadline of its own, 3/4 of failover_time after the start of its
+// last successful write of the lease (the take, a renewal, a
+// checkpoint). The write may have landed any time after it began, and
+// the taker's failover_time runs from when it saw the counter move, so
+// from after that start: the last quarter is room for a handler already
+// running to finish and for clocks that run at slightly different rates.
+// From the deadline on nothing more of the shard is delivered, no
+// checkpoint is written, the lease is no longer renewed (a late renewal
+// that lands does not bring it back), and the lane is lost (Lanes.Lost)
+// at once, from a watchdog of the member's own; a lane draining in
+// Revoked then has its drain cut short. Every renewal, checkpoint and
+// release call is bounded by failover_time / 4 (a call that hangs does
+// not hold the lease up), and the leases are renewed in parallel. So
+// when a member's renewals fail or stall (DynamoDB slow, a network cut),
+// it has stopped handing the shard's records on before another member
+// takes the lease: a record is handled by both only when a handler
+// already running outlives the last quarter. Ownership rests on timing
+// all the same: a member frozen past its deadline (a long pause, a
+// suspended VM) stops when it wakes, but a handler it was running then
+// finishes, maybe while the next holder handles the same records.
 //
 // Checkpoints are conditional on the owner and the counter, so a member
 // that lost its lease can never move its checkpoint: the write fails
-// with ErrNotOwner. The engine's Lanes callbacks follow the leases:
-// Claimed when the member takes a lease; Revoked (the engine drains the
-// lane and checkpoints, then the lease is released) when another member
-// asks for it, when its shard ended, and on Close; Lost when another
-// member took it or it could not be renewed.
+// with ErrNotOwner (as does one begun past the lease's deadline). One
+// begun before the deadline may land after it, which is safe: only this
+// member's writes moved the counter since, so no one else read the shard
+// under a lease of their own yet, what it records was handed out before
+// the deadline and handled, and it moves the counter, so the lease is
+// taken only failover_time after that. The engine's Lanes callbacks
+// follow the leases: Claimed when the member takes a lease; Revoked (the
+// engine drains the lane and checkpoints, then the lease is released)
+// when another member asks for it, when its shard ended, and on Close;
+// Lost when another member took it or it passed its deadline.
 //
 // # Resharding
 //
@@ -244,6 +270,7 @@
 // # Concurrency
 //
 // Everything is safe for concurrent use. A connection holds one Kinesis
-// and one DynamoDB client; each member runs a taker, a renewer and a
-// reader per shard it holds, all ended by Close.
+// and one DynamoDB client; each member runs a taker, a renewer (with a
+// goroutine per lease while it renews them), a watchdog of the leases'
+// deadlines and a reader per shard it holds, all ended by Close.
 package kinesisbus
