@@ -27,6 +27,10 @@ func OpenConn(ctx context.Context, rawURL string) (driver.Conn, *nats.Conn, erro
 	return c, c.(*conn).nc, nil
 }
 
+// FailNextRead fails the next read of any lane's pump as a missed
+// heartbeat would, dropping the message read.
+func FailNextRead() { failNextRead.Store(true) }
+
 // LeaseBucket is the KV bucket of group's partition leases on topic.
 func LeaseBucket(topic, group string) string { return leaseBucket(streamName(topic), group) }
 

@@ -137,6 +137,10 @@ func (r *reader) consumer() jetstream.Consumer {
 	return r.cons
 }
 
+// failNextRead, set by tests, fails a pump's next read as a missed
+// heartbeat would, dropping the message it read.
+var failNextRead atomic.Bool
+
 // pullExpiry is how long a pull request waits on the server. The pull
 // iterator learns of a request the server dropped without a word (one
 // that reached a consumer being deleted: "no responders") only when
@@ -191,6 +195,9 @@ func (s *sub) pump(r *reader) {
 		it := r.it
 		r.itMu.Unlock()
 		msg, err := it.Next()
+		if err == nil && failNextRead.CompareAndSwap(true, false) {
+			err = jetstream.ErrNoHeartbeat // msg dropped, as the iterator's buffer would be
+		}
 		if r.stopped.Load() {
 			if err != nil {
 				return
