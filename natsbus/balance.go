@@ -136,6 +136,12 @@ func (p *partitioned) balance() (again bool) {
 func (p *partitioned) claim(part int) {
 	s := p.s
 	lane := strconv.Itoa(part)
+	p.kvMu.Lock()
+	old := p.leases[part]
+	p.kvMu.Unlock()
+	if old != nil {
+		return // lost, and the engine not told yet: the watchdog tells it first
+	}
 	begin := time.Now()
 	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
 	rev, err := p.kv.Create(ctx, leaseKey(part), []byte(p.id))

@@ -221,7 +221,15 @@
 // watchdog of its own, even while another lane drains (a lane whose lease
 // runs out during its own drain has the drain cut short instead); the
 // next owner (maybe the same member) resets the consumer as above. A
-// crashed member's partitions move after lease_ttl. Nothing a member
+// partition whose read fails otherwise (a pull whose heartbeats stop,
+// say; a consumer deleted behind the group's back is created again, see
+// above) is given up the same way at once, its lease deleted, and so is
+// one whose reader finds that a delivery of its consumer never reached
+// it (the server numbers deliveries; the client drops a pull response
+// when its buffer is full, a slow consumer): what the pull lost would
+// come back only after ack_wait, behind newer messages, so the member
+// claims the lane again and resets it. A crashed member's partitions
+// move after lease_ttl. Nothing a member
 // claimed outlives its Close: it deletes its leases, and any lease key
 // still holding its ID (a claim whose reply Close cut off).
 //

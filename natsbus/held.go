@@ -6,6 +6,7 @@ package natsbus
 // readers' pulled sequences.
 
 import (
+	"errors"
 	"iter"
 	"strconv"
 	"time"
@@ -43,9 +44,13 @@ type held struct {
 // and signals then go to the latest delivery); when the reader settled it
 // already (the copy crossed the ack), the copy is acknowledged again.
 // hold returns nil for a copy. A message handed back with Nack comes again
-// as a new delivery, and so does one the reader never pulled (another
-// client's pull took it first, such as one left by the lane's previous
-// owner): late, but never lost.
+// as a new delivery. A partition's message whose consumer delivery
+// sequence is above the next one expected tells that a delivery never
+// reached r (the client dropped it as a slow consumer, or another
+// client's pull took it, such as one left by the lane's previous owner):
+// hold returns errMissed, and the pump gives the lane up, so that it is
+// claimed again from its first message not acknowledged instead of
+// getting that delivery back after ack_wait, behind newer messages.
 func (s *sub) hold(r *reader, msg jetstream.Msg) (*held, error) {
 	md, err := msg.Metadata()
 	if err != nil {
@@ -59,6 +64,14 @@ func (s *sub) hold(r *reader, msg jetstream.Msg) (*held, error) {
 	}
 	fromMsg(&h.d.Message, msg.Headers(), msg.Data())
 	s.mu.Lock()
+	if r.exclusive {
+		missed := md.Sequence.Consumer > r.dseq+1
+		r.dseq = max(r.dseq, md.Sequence.Consumer)
+		if missed {
+			s.mu.Unlock()
+			return nil, errMissed
+		}
+	}
 	switch {
 	case !r.exclusive && h.seq <= r.top && (s.held.find(r, h.seq) != nil || r.ackedRecentlyLocked(h.seq)):
 		// A second delivery of a message this member holds or has just
@@ -96,6 +109,10 @@ func (s *sub) hold(r *reader, msg jetstream.Msg) (*held, error) {
 	s.mu.Unlock()
 	return h, nil
 }
+
+// errMissed reports that a partition's reader missed a delivery of its
+// consumer: the lane is given up and claimed again, in order.
+var errMissed = errors.New("a delivery of the partition's consumer never reached its reader")
 
 func hasKey[K comparable, V any](m map[K]V, k K) bool {
 	_, ok := m[k]

@@ -183,6 +183,31 @@ func (p *partitioned) restore() jetstream.KeyWatcher {
 	return w
 }
 
+// abandon gives up the lease of the lane r reads after r failed to read
+// it (cause): the lane is lost at once, as if its lease ran out, and the
+// lease is deleted, so that the balancer claims the partition again and
+// its consumer resumes at its first message not acknowledged (see
+// prepare). It runs on r's pump.
+func (p *partitioned) abandon(r *reader, cause error) {
+	p.kvMu.Lock()
+	var l *lease
+	for _, x := range p.leases {
+		if x.reader == r && !x.lost {
+			l = x
+		}
+	}
+	if l == nil { // lost already
+		p.kvMu.Unlock()
+		r.halt(false)
+		return
+	}
+	p.loseLocked(l)
+	part, rev := l.part, l.rev
+	p.kvMu.Unlock()
+	p.s.c.log.Warn("reading a partition failed; giving the lane up to claim it again in order", "topic", p.s.topic, "lane", l.lane, "err", cause)
+	p.deleteLease(part, rev)
+}
+
 // loseAll gives up every lease the member holds.
 func (p *partitioned) loseAll() {
 	p.kvMu.Lock()

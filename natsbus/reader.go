@@ -43,6 +43,13 @@ type reader struct {
 	pulled    []uint64
 	floor     uint64
 	nacked    map[uint64]struct{}
+	// dseq is the consumer's delivery sequence of the last message r
+	// pulled (its Delivered.Consumer when r started). The server numbers
+	// every delivery, so a message above dseq+1 tells that a delivery
+	// never reached r (dropped by the client as a slow consumer, or taken
+	// by a stale pull): it comes back after ack_wait, behind newer
+	// messages (see sub.hold). Guarded by sub.mu.
+	dseq uint64
 	// recent is the last sequences this reader acknowledged (a ring, next
 	// write at recentAt), for a plain reader to know a second delivery of
 	// one. Guarded by sub.mu.
@@ -172,6 +179,7 @@ func (s *sub) newReader(lane string, cons jetstream.Consumer, exclusive bool) (*
 	r := &reader{lane: lane, cons: cons, it: it, stop: make(chan struct{}), done: make(chan struct{}), exclusive: exclusive}
 	if exclusive {
 		r.nacked = map[uint64]struct{}{}
+		r.dseq = cons.CachedInfo().Delivered.Consumer
 	}
 	return r, nil
 }
@@ -210,6 +218,10 @@ func (s *sub) pump(r *reader) {
 		if err == nil {
 			failures = 0
 			h, err := s.hold(r, msg)
+			if errors.Is(err, errMissed) {
+				s.part.abandon(r, err) // see the exclusive reader's failed read below
+				return
+			}
 			if h != nil || err != nil {
 				s.inbox.put(item{r: r, h: h, err: err}, r.stop)
 			}
@@ -234,6 +246,16 @@ func (s *sub) pump(r *reader) {
 			continue
 		}
 		if errors.Is(classify(err), driver.ErrNotFound) || errors.Is(classify(err), driver.ErrClosed) || s.c.nc.IsClosed() {
+			return
+		}
+		if r.exclusive {
+			// A partition's reader may have lost deliveries with its
+			// iterator (what it buffered, and what its pull request
+			// still takes until the server sees it gone): they would
+			// come back after ack_wait, behind newer messages of the
+			// lane. So the member gives the lane up instead, and claims
+			// it again from its first message not acknowledged.
+			s.part.abandon(r, err)
 			return
 		}
 		// Not terminal: start a new iterator after a pause.
@@ -314,6 +336,9 @@ func (s *sub) reopen(r *reader, cause error) (notice, err error) {
 	old := r.it
 	r.itMu.Unlock()
 	old.Stop()
+	s.mu.Lock()
+	r.dseq = cons.CachedInfo().Delivered.Consumer // a new consumer numbers its deliveries afresh
+	s.mu.Unlock()
 	r.replace(cons, it)
 	return fmt.Errorf("natsbus: receive %q lane %s: consumer %q: %v: %w", s.topic, r.lane, s.consumerName(r.lane), cause, errReopened), nil
 }
