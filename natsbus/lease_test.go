@@ -24,27 +24,7 @@ import (
 // what is published on their partitions. The failing heartbeat has the
 // member look its bucket up, which is there: it restores nothing.
 func TestLeasesOutliveSlowWrites(t *testing.T) {
-	opts := &server.Options{
-		Host:      "127.0.0.1",
-		Port:      server.RANDOM_PORT,
-		JetStream: true,
-		StoreDir:  t.TempDir(),
-		NoLog:     true,
-		NoSigs:    true,
-		Users: []*server.User{
-			{Username: "member", Password: "pw"},
-			{Username: "admin", Password: "pw"},
-		},
-	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("the NATS server did not start")
-	}
+	s, deny := permServer(t)
 	addr := s.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -73,15 +53,7 @@ func TestLeasesOutliveSlowWrites(t *testing.T) {
 	}
 	defer func() { _ = w.Stop() }()
 
-	denied := opts.Clone()
-	denied.Port = s.Addr().(*net.TCPAddr).Port
-	denied.Users[0].Permissions = &server.Permissions{Publish: &server.SubjectPermission{
-		Allow: []string{">"},
-		Deny:  []string{"$KV." + bucket + ".m.>", "$KV." + bucket + ".p.0", "$KV." + bucket + ".p.1"},
-	}}
-	if err := s.ReloadOptions(denied); err != nil {
-		t.Fatal(err)
-	}
+	deny("$KV."+bucket+".m.>", "$KV."+bucket+".p.0", "$KV."+bucket+".p.1")
 
 	kept := map[string]time.Time{"p.2": time.Now(), "p.3": time.Now()}
 	writes := map[string]int{}
@@ -125,4 +97,50 @@ watch:
 		keys = append(keys, keysOn(p, 4, 5)...)
 	}
 	col.waitAll(t, publishTo(t, c, topic, keys), 15*time.Second)
+}
+
+// permServer starts a nats-server with JetStream on a free loopback port,
+// stopped at cleanup, with two users (password "pw"): "admin", who may
+// publish anywhere, and "member", who may too until deny reloads the
+// server to deny it the subjects given (none: allowed again). A denied
+// publish gets no answer: a request on it waits out its timeout.
+func permServer(t *testing.T) (s *server.Server, deny func(subjects ...string)) {
+	t.Helper()
+	opts := &server.Options{Users: []*server.User{
+		{Username: "member", Password: "pw"},
+		{Username: "admin", Password: "pw"},
+	}}
+	s = startServer(t, opts)
+	running := opts.Clone()
+	running.Port = s.Addr().(*net.TCPAddr).Port
+	return s, func(subjects ...string) {
+		t.Helper()
+		o := running.Clone()
+		if len(subjects) > 0 {
+			o.Users[0].Permissions = &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: subjects}}
+		}
+		if err := s.ReloadOptions(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startServer starts a nats-server with JetStream on a free loopback
+// port, with opts' users, TLS and authorization (it sets the rest:
+// Host, Port, JetStream, StoreDir, NoLog, NoSigs), and stops it at
+// cleanup.
+func startServer(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host, opts.Port, opts.JetStream, opts.StoreDir = "127.0.0.1", server.RANDOM_PORT, true, t.TempDir()
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("the NATS server did not start")
+	}
+	return s
 }

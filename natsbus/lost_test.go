@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
@@ -38,27 +35,7 @@ func TestLostLaneKeepsKeyOrder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP (-short): lease losses")
 	}
-	opts := &server.Options{
-		Host:      "127.0.0.1",
-		Port:      server.RANDOM_PORT,
-		JetStream: true,
-		StoreDir:  t.TempDir(),
-		NoLog:     true,
-		NoSigs:    true,
-		Users: []*server.User{
-			{Username: "member", Password: "pw"},
-			{Username: "admin", Password: "pw"},
-		},
-	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("the NATS server did not start")
-	}
+	s, deny := permServer(t)
 	addr := s.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -120,13 +97,6 @@ func TestLostLaneKeepsKeyOrder(t *testing.T) {
 	})
 
 	bucket := natsbus.LeaseBucket(topic, group)
-	allowed := opts.Clone()
-	allowed.Port = s.Addr().(*net.TCPAddr).Port
-	denied := allowed.Clone()
-	denied.Users[0].Permissions = &server.Permissions{Publish: &server.SubjectPermission{
-		Allow: []string{">"},
-		Deny:  []string{"$KV." + bucket + ".p.>"},
-	}}
 	kv, err := rawJetStream(t, "nats://admin:pw@"+addr).KeyValue(ctx, bucket)
 	if err != nil {
 		t.Fatal(err)
@@ -143,9 +113,7 @@ func TestLostLaneKeepsKeyOrder(t *testing.T) {
 		case 0:
 			// Writes dropped: the lanes are lost at their deadline, and
 			// claimed again once the leases expired on the server.
-			if err := s.ReloadOptions(denied); err != nil {
-				t.Fatal(err)
-			}
+			deny("$KV." + bucket + ".p.>")
 		case 1:
 			// Leases taken over: the lanes are lost at the next refresh,
 			// and claimed again as soon as the keys are deleted.
@@ -167,9 +135,7 @@ func TestLostLaneKeepsKeyOrder(t *testing.T) {
 			return nil
 		})
 		if i%3 == 0 {
-			if err := s.ReloadOptions(allowed); err != nil {
-				t.Fatal(err)
-			}
+			deny()
 		} else {
 			for p := range parts {
 				if err := kv.Delete(ctx, "p."+strconv.Itoa(p)); err != nil {

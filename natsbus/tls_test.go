@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -37,27 +36,13 @@ func tlsServer(t *testing.T, certs *authtest.Set, auth tls.ClientAuthType) (addr
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.NewServer(&server.Options{
-		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
-		JetStream:  true,
-		StoreDir:   t.TempDir(),
-		NoLog:      true,
-		NoSigs:     true,
+	s := startServer(t, &server.Options{
 		TLS:        true,
 		TLSConfig:  certs.Server(auth),
 		TLSTimeout: 2,
 		Users:      []*server.User{{Username: "alice", Password: tlsPassword}},
 		Nkeys:      []*server.NkeyUser{{Nkey: pub}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("the NATS server did not start")
-	}
 	return s.Addr().String(), seed
 }
 
@@ -213,24 +198,7 @@ const authToken = "Tk-9f41/nats@token-secret"
 // authtest.Bound, saying the token was refused, with neither the token
 // given nor the server's in the error or in anything the client logged.
 func TestTokenAuth(t *testing.T) {
-	s, err := server.NewServer(&server.Options{
-		Host:          "127.0.0.1",
-		Port:          server.RANDOM_PORT,
-		JetStream:     true,
-		StoreDir:      t.TempDir(),
-		NoLog:         true,
-		NoSigs:        true,
-		Authorization: authToken,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("the NATS server did not start")
-	}
-	addr := s.Addr().String()
+	addr := startServer(t, &server.Options{Authorization: authToken}).Addr().String()
 	var logs strings.Builder
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
