@@ -124,23 +124,3 @@ func permServer(t *testing.T) (s *server.Server, deny func(subjects ...string)) 
 		}
 	}
 }
-
-// startServer starts a nats-server with JetStream on a free loopback
-// port, with opts' users, TLS and authorization (it sets the rest:
-// Host, Port, JetStream, StoreDir, NoLog, NoSigs), and stops it at
-// cleanup.
-func startServer(t *testing.T, opts *server.Options) *server.Server {
-	t.Helper()
-	opts.Host, opts.Port, opts.JetStream, opts.StoreDir = "127.0.0.1", server.RANDOM_PORT, true, t.TempDir()
-	opts.NoLog, opts.NoSigs = true, true
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("the NATS server did not start")
-	}
-	return s
-}
