@@ -203,7 +203,7 @@ func (s *sub) pump(r *reader) {
 		it := r.it
 		r.itMu.Unlock()
 		msg, err := it.Next()
-		if err == nil && failNextRead.CompareAndSwap(true, false) {
+		if err == nil && failNextRead.Load() && failNextRead.CompareAndSwap(true, false) {
 			err = jetstream.ErrNoHeartbeat // msg dropped, as the iterator's buffer would be
 		}
 		if r.stopped.Load() {
