@@ -149,37 +149,25 @@ func (p *partitioned) refreshLeases(ctx context.Context) (lost bool) {
 func (p *partitioned) restore() jetstream.KeyWatcher {
 	ctx, cancel := context.WithTimeout(p.ctx, p.ttl/4)
 	defer cancel()
-	name := p.kv.Bucket()
-	kv, err := p.s.c.js.KeyValue(ctx, name)
-	missing := errors.Is(err, jetstream.ErrBucketNotFound)
-	if err != nil && !missing {
+	kv, err := p.s.c.js.KeyValue(ctx, p.kv.Bucket())
+	switch {
+	case err == nil:
+		if st, err := kv.Status(ctx); err != nil || bucketCreated(st).Equal(p.created) {
+			return nil // the bucket watched, or cannot tell
+		}
+	case !errors.Is(err, jetstream.ErrBucketNotFound):
 		return nil
 	}
-	var st jetstream.KeyValueStatus
-	if !missing {
-		if st, err = kv.Status(ctx); err != nil || bucketCreated(st).Equal(p.created) {
-			return nil
-		}
-	}
 	p.loseAll()
-	if missing {
-		kv, err = p.s.c.bucket(ctx, jetstream.KeyValueConfig{
-			Bucket:      name,
-			Description: leaseDescription(p.s.ref.name, p.s.opts.Group),
-			TTL:         p.ttl,
-		})
-		if err != nil {
-			return nil
-		}
-		if st, err = kv.Status(ctx); err != nil {
-			return nil
-		}
+	kv, _, created, err := p.s.c.leaseBucket(ctx, p.s.ref, p.s.opts.Group, p.ttl)
+	if err != nil {
+		return nil
 	}
 	w, err := kv.WatchAll(p.ctx)
 	if err != nil {
 		return nil
 	}
-	p.created = bucketCreated(st)
+	p.created = created
 	return w
 }
 

@@ -43,7 +43,7 @@ func (c *conn) subscribePartitioned(ctx context.Context, topic string, ref *stre
 	if err := s.join(ctx); err != nil {
 		return fail(err)
 	}
-	kv, ttl, created, err := c.leaseBucket(ctx, ref, opts.Group)
+	kv, ttl, created, err := c.leaseBucket(ctx, ref, opts.Group, c.cfg.leaseTTL)
 	if err != nil {
 		return fail(err)
 	}
@@ -85,17 +85,17 @@ func (c *conn) subscribePartitioned(ctx context.Context, topic string, ref *stre
 	return keeping{s}, nil
 }
 
-// leaseBucket opens, or creates, the KV bucket of group's leases and
-// returns it with its TTL and the creation time of its stream (which
-// tells it from a bucket of the same name created after it). An existing
-// bucket keeps its TTL (the first member to create it set it), so every
-// member agrees on it.
-func (c *conn) leaseBucket(ctx context.Context, ref *streamRef, group string) (kv jetstream.KeyValue, ttl time.Duration, created time.Time, err error) {
+// leaseBucket opens, or creates with the TTL want, the KV bucket of
+// group's leases and returns it with its TTL and the creation time of its
+// stream (which tells it from a bucket of the same name created after
+// it). An existing bucket keeps its TTL (the first member to create it
+// set it), so every member agrees on it.
+func (c *conn) leaseBucket(ctx context.Context, ref *streamRef, group string, want time.Duration) (kv jetstream.KeyValue, ttl time.Duration, created time.Time, err error) {
 	name := leaseBucket(ref.name, group)
 	kv, err = c.bucket(ctx, jetstream.KeyValueConfig{
 		Bucket:      name,
-		Description: leaseDescription(ref.name, group),
-		TTL:         c.cfg.leaseTTL,
+		Description: "omnibus partition leases of group " + group + " on stream " + ref.name,
+		TTL:         want,
 	})
 	if err != nil {
 		return nil, 0, time.Time{}, err
@@ -110,11 +110,6 @@ func (c *conn) leaseBucket(ctx context.Context, ref *streamRef, group string) (k
 			name, ttl, minLeaseTTL, driver.ErrInvalid)
 	}
 	return kv, ttl, bucketCreated(st), nil
-}
-
-// leaseDescription describes group's lease bucket on stream.
-func leaseDescription(stream, group string) string {
-	return "omnibus partition leases of group " + group + " on stream " + stream
 }
 
 // bucketCreated is when the stream of the bucket st describes was
