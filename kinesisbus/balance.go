@@ -112,7 +112,7 @@ func (s *sub) round(ctx context.Context, first bool) error {
 		}
 		s.seen[l.key] = seenLease{counter: counter, at: time.Now()}
 		sh := &shard{id: l.key, counter: counter, space: make(chan struct{}, 1)}
-		sh.deadline = begin.Add(s.conn.cfg.failover * 3 / 4) // extend's, before anyone else sees sh
+		sh.deadline = s.deadline(begin) // before anyone else sees sh
 		if l.owner != "" && l.owner != s.me {
 			s.logger.Info("took an expired lease", "shard", l.key, "from", l.owner)
 		}

@@ -38,11 +38,15 @@ func (s *sub) leaseTimeout() time.Duration { return s.conn.cfg.failover / 4 }
 func (s *sub) extend(sh *shard, begin time.Time) {
 	s.mu.Lock()
 	if !sh.expired {
-		sh.deadline = begin.Add(s.conn.cfg.failover * 3 / 4)
+		sh.deadline = s.deadline(begin)
 	}
 	s.mu.Unlock()
 	driver.Notify(s.check)
 }
+
+// deadline is when the member stops using a lease whose last successful
+// write began at begin (see extend).
+func (s *sub) deadline(begin time.Time) time.Time { return begin.Add(s.conn.cfg.failover * 3 / 4) }
 
 // valid reports whether sh's lease may still be used at now.
 func (s *sub) valid(sh *shard, now time.Time) bool {
