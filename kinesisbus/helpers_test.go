@@ -181,15 +181,21 @@ func cleanup(prefixes ...string) {
 // network partition or a crashed host would look to the server. While
 // paused it accepts connections and reads what either side sends but
 // forwards nothing, as a network that drops packets (or a server that
-// hangs) looks to a client: calls neither fail nor return.
+// hangs) looks to a client: calls neither fail nor return. While frozen
+// it does the same, and the connections of that time stay silent after
+// Thaw, as a client sees connections whose path was lost (a NAT or load
+// balancer that forgot them, a server replaced): only new connections
+// are answered.
 type proxy struct {
 	ln      net.Listener
 	target  string
 	mu      sync.Mutex
-	resumed *sync.Cond // on mu: paused or cut changed
+	resumed *sync.Cond // on mu: paused, frozen or cut changed
 	conns   []net.Conn
 	cut     bool
 	paused  bool
+	frozen  bool
+	dead    map[net.Conn]bool // client connections frozen for good
 }
 
 func newProxy(t testing.TB, target string) *proxy {
@@ -198,7 +204,7 @@ func newProxy(t testing.TB, target string) *proxy {
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	p := &proxy{ln: ln, target: target}
+	p := &proxy{ln: ln, target: target, dead: map[net.Conn]bool{}}
 	p.resumed = sync.NewCond(&p.mu)
 	go p.serve()
 	t.Cleanup(p.Cut)
@@ -226,22 +232,26 @@ func (p *proxy) serve() {
 			return
 		}
 		p.conns = append(p.conns, c, s)
+		if p.frozen {
+			p.dead[c] = true
+		}
 		p.mu.Unlock()
-		go p.pipe(s, c)
-		go p.pipe(c, s)
+		go p.pipe(s, c, c)
+		go p.pipe(c, s, c)
 	}
 }
 
 // pipe copies from src to dst, holding what it read while the proxy is
-// paused, and closes dst when src ends.
-func (p *proxy) pipe(dst, src net.Conn) {
+// paused or frozen (for good when client, the client's side of the
+// connection, was frozen), and closes dst when src ends.
+func (p *proxy) pipe(dst, src, client net.Conn) {
 	defer func() { _ = dst.Close() }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			for p.paused && !p.cut {
+			for (p.paused || p.frozen || p.dead[client]) && !p.cut {
 				p.resumed.Wait()
 			}
 			p.mu.Unlock()
@@ -266,6 +276,25 @@ func (p *proxy) Pause() {
 func (p *proxy) Resume() {
 	p.mu.Lock()
 	p.paused = false
+	p.resumed.Broadcast()
+	p.mu.Unlock()
+}
+
+// Freeze stops forwarding, for good on the connections open now and on
+// those opened until Thaw.
+func (p *proxy) Freeze() {
+	p.mu.Lock()
+	p.frozen = true
+	for i := 0; i < len(p.conns); i += 2 {
+		p.dead[p.conns[i]] = true
+	}
+	p.mu.Unlock()
+}
+
+// Thaw forwards on connections opened from now on.
+func (p *proxy) Thaw() {
+	p.mu.Lock()
+	p.frozen = false
 	p.resumed.Broadcast()
 	p.mu.Unlock()
 }

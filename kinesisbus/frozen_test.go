@@ -1,0 +1,289 @@
+package kinesisbus_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
+)
+
+// TestFrozenConnections: the members' connections to DynamoDB, to
+// Kinesis or to both stop answering for good (a proxy that forwards
+// nothing on them, even after it forwards again on new connections: a
+// path lost, as after a NAT or load balancer forgot it), for 2 x
+// failover_time, while keyed records keep coming. No call may wait on
+// such a connection for ever: once new connections are answered, the
+// members take their leases again (the DynamoDB cases: they passed
+// their deadlines) or read on (Kinesis), and handle every record, a
+// record of a key never for the first time after a newer one of its key
+// was settled, a record twice only on a shard whose lease moved. Then
+// the connections freeze again, for good, and Shutdown must return
+// within failover_time, leaving no goroutine of the members behind.
+//
+// It times a stall, so it runs alone, before the parallel tests.
+func TestFrozenConnections(t *testing.T) {
+	need(t)
+	for _, tc := range []struct {
+		name     string
+		members  int
+		ddb, kin bool
+	}{
+		{"dynamodb, one member", 1, true, false},
+		{"dynamodb and kinesis, every member", 2, true, true},
+		{"kinesis, one member", 1, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testFrozen(t, tc.members, tc.ddb, tc.kin) })
+	}
+}
+
+func testFrozen(t *testing.T, members int, freezeDDB, freezeKin bool) {
+	const failover = 3 * time.Second
+	const shards = 4
+	params := "failover_time=" + failover.String()
+	pub := open(t, testURL(""))
+	stream := testPrefix + "frozen-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	if err := pub.CreateTopic(ctxT(t), stream, shards); err != nil {
+		t.Fatalf("CreateTopic: %v", err)
+	}
+
+	type handling struct {
+		member     int
+		lane, id   string
+		key        string
+		seq        int
+		start, end time.Time
+	}
+	var mu sync.Mutex
+	var log []handling
+	lost := map[string]bool{} // lanes a member lost
+	ddbP, kinP := newProxy(t, dynamoAddr), newProxy(t, kinesisAddr)
+	freeze := func() {
+		if freezeDDB {
+			ddbP.Freeze()
+		}
+		if freezeKin {
+			kinP.Freeze()
+		}
+	}
+	ks := make([]*omnibus.Consumer, members)
+	clients := make([]*omnibus.Client, members)
+	for i := range ks {
+		handler := func(_ context.Context, m *omnibus.Message) error {
+			start := time.Now()
+			seq, _ := strconv.Atoi(string(m.Body))
+			mu.Lock()
+			log = append(log, handling{member: i, lane: m.Lane, id: m.ID, key: m.Key, seq: seq, start: start})
+			n := len(log) - 1
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			log[n].end = time.Now()
+			mu.Unlock()
+			return nil
+		}
+		observe := omnibus.Observe(func(e omnibus.Event) {
+			if e.Kind == omnibus.EventLost {
+				mu.Lock()
+				for _, l := range e.Lanes {
+					lost[l] = true
+				}
+				mu.Unlock()
+			}
+		})
+		clients[i] = open(t, kinesisURL(kinP.Addr(), ddbP.Addr(), params))
+		k, err := clients[i].Subscribe(ctxT(t), stream, handler, omnibus.Group("frozen"),
+			omnibus.StartFrom(omnibus.StartEarliest), omnibus.CommitInterval(100*time.Millisecond), observe)
+		if err != nil {
+			t.Fatalf("Subscribe %d: %v", i, err)
+		}
+		t.Cleanup(func() { _ = k.Close() })
+		ks[i] = k
+		run(t, k)
+	}
+	held := func() int {
+		n := 0
+		for _, c := range holders(ks) {
+			n += c
+		}
+		return n
+	}
+
+	// Keyed records all along: 8 keys every 50ms, each key's bodies
+	// counting up.
+	var ids []string
+	var idsMu sync.Mutex
+	pubCtx, stopPublishing := context.WithCancel(context.Background())
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		for n := 0; pubCtx.Err() == nil; n++ {
+			ms := make([]*omnibus.Message, 8)
+			for i := range ms {
+				ms[i] = &omnibus.Message{Key: "k" + strconv.Itoa(i), Body: []byte(strconv.Itoa(n))}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := pub.Publish(ctx, stream, ms...)
+			cancel()
+			if err != nil {
+				t.Errorf("Publish: %v", err)
+				return
+			}
+			idsMu.Lock()
+			for _, m := range ms {
+				ids = append(ids, m.ID)
+			}
+			idsMu.Unlock()
+			select {
+			case <-pubCtx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	defer stopPublishing()
+
+	transporttest.Eventually(t, 30*time.Second, func() bool { return held() == shards },
+		func() string { return fmt.Sprintf("lanes per member %v, want %d in all", holders(ks), shards) })
+	time.Sleep(time.Second)
+
+	freeze()
+	time.Sleep(2 * failover)
+	ddbP.Thaw()
+	kinP.Thaw()
+	thawed := time.Now()
+
+	// Every lease held again, and every record published until a
+	// second after the thaw handled.
+	transporttest.Eventually(t, 30*time.Second, func() bool { return held() == shards },
+		func() string { return fmt.Sprintf("after the thaw: lanes per member %v, want %d in all", holders(ks), shards) })
+	time.Sleep(time.Second)
+	stopPublishing()
+	<-published
+	idsMu.Lock()
+	want := slices.Clone(ids)
+	idsMu.Unlock()
+	firstTimes := func() map[string]time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		first := map[string]time.Time{}
+		for _, h := range log {
+			if f, ok := first[h.id]; !ok || h.start.Before(f) {
+				first[h.id] = h.start
+			}
+		}
+		return first
+	}
+	transporttest.Eventually(t, 30*time.Second, func() bool {
+		first := firstTimes()
+		for _, id := range want {
+			if _, ok := first[id]; !ok {
+				return false
+			}
+		}
+		return true
+	}, func() string {
+		first := firstTimes()
+		missing := 0
+		for _, id := range want {
+			if _, ok := first[id]; !ok {
+				missing++
+			}
+		}
+		return fmt.Sprintf("%d of %d published records never handled (%v after the thaw)", missing, len(want), time.Since(thawed).Round(time.Millisecond))
+	})
+	caughtUp := time.Since(thawed)
+
+	// Order within each key, and duplicates only on lanes lost.
+	mu.Lock()
+	byKey := map[string][]handling{}
+	count := map[string]int{}
+	for _, h := range log {
+		byKey[h.key] = append(byKey[h.key], h)
+		count[h.id]++
+	}
+	dups := 0
+	for _, h := range log {
+		if count[h.id] > 1 {
+			dups++
+			if !lost[h.lane] {
+				t.Errorf("record %s of shard %s, whose lease never moved, handled %d times", h.id, h.lane, count[h.id])
+			}
+			count[h.id] = 0 // once per record
+		}
+	}
+	late := 0
+	for key, hs := range byKey {
+		first := map[int]time.Time{}
+		settled := map[int]time.Time{}
+		for _, h := range hs {
+			if f, ok := first[h.seq]; !ok || h.start.Before(f) {
+				first[h.seq] = h.start
+			}
+			if s, ok := settled[h.seq]; !h.end.IsZero() && (!ok || h.end.Before(s)) {
+				settled[h.seq] = h.end
+			}
+		}
+		seqs := make([]int, 0, len(first))
+		for seq := range first {
+			seqs = append(seqs, seq)
+		}
+		slices.Sort(seqs)
+		var newer time.Time // the earliest settling of a record newer than seqs[i]
+		for i := len(seqs) - 1; i >= 0; i-- {
+			if !newer.IsZero() && first[seqs[i]].After(newer) {
+				late++
+				if late <= 5 {
+					t.Errorf("key %s: record %d first handled %v after a newer one was settled", key, seqs[i], first[seqs[i]].Sub(newer))
+				}
+			}
+			if s, ok := settled[seqs[i]]; ok && (newer.IsZero() || s.Before(newer)) {
+				newer = s
+			}
+		}
+	}
+	mu.Unlock()
+	t.Logf("%d records published, all handled %v after the thaw (frozen %v); %d handled twice or more, lanes lost %d; %d first handled after a newer one of their key was settled",
+		len(want), caughtUp.Round(time.Millisecond), 2*failover, dups, len(lost), late)
+
+	// Frozen again, for good: Shutdown returns all the same.
+	freeze()
+	begin := time.Now()
+	var wg sync.WaitGroup
+	for i, k := range ks {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = k.Shutdown(ctx) // what was not committed is read again: no error to check
+			_ = clients[i].Close()
+		})
+	}
+	wg.Wait()
+	took := time.Since(begin)
+	t.Logf("Shutdown with the connections frozen took %v", took.Round(time.Millisecond))
+	if took > failover {
+		t.Errorf("Shutdown with the connections frozen took %v, want at most failover_time (%v)", took.Round(time.Millisecond), failover)
+	}
+	transporttest.Eventually(t, 5*time.Second, func() bool { return membersGoroutines() == "" },
+		func() string { return "goroutines of the members left after Shutdown:\n" + membersGoroutines() })
+}
+
+// membersGoroutines returns the stacks of the goroutines running
+// kinesisbus's member code, "" when there are none.
+func membersGoroutines() string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "kinesisbus.(*sub)") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
+}
