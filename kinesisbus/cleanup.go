@@ -96,6 +96,8 @@ func finished(l *lease, byKey map[string]*lease, listed bool, children []string)
 // deleteEnded deletes the lease of key if it is checkpointed SHARD_END;
 // otherwise (or when there is none) the error wraps ErrNotOwner.
 func (t *table) deleteEnded(ctx context.Context, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, t.c.leaseTimeout())
+	defer cancel()
 	_, err := t.c.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(t.name),
 		Key:                       keyOf(key),

@@ -162,7 +162,9 @@ func testFrozen(t *testing.T, members int, freezeDDB, freezeKin bool) {
 	// Every lease held again, and every record published until a
 	// second after the thaw handled.
 	transporttest.Eventually(t, 30*time.Second, func() bool { return held() == shards },
-		func() string { return fmt.Sprintf("after the thaw: lanes per member %v, want %d in all", holders(ks), shards) })
+		func() string {
+			return fmt.Sprintf("after the thaw: lanes per member %v, want %d in all", holders(ks), shards)
+		})
 	time.Sleep(time.Second)
 	stopPublishing()
 	<-published

@@ -84,6 +84,28 @@ func (Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (dr
 	return c, nil
 }
 
+// Every call a member makes to DynamoDB or Kinesis is bounded by one of
+// these, derived from failover_time: the HTTP client has no timeout of
+// its own, so a call on a connection that stops answering (a server that
+// hangs, a network path lost under an open connection) would otherwise
+// wait for ever, and the member with it: a taker that never takes a
+// lease again, a reader that never reads its shard again while its lease
+// is renewed. A call cut short is tried again, on a new connection.
+
+// leaseTimeout bounds a write of a lease (a take, a hand-over, a
+// renewal, a checkpoint, a release, a new lease, a finished lease
+// deleted) with the read of the lease that checks a refused one: a write
+// that hangs must not hold the lease's lock (shard.lmu) past its
+// deadline, and one that takes longer than that leaves no time to use
+// the lease anyway.
+func (c *conn) leaseTimeout() time.Duration { return c.cfg.failover / 4 }
+
+// callTimeout bounds every other call of a member (a page of the lease
+// table's scan or of the shards' listing, the table's description or
+// creation, a GetRecords): one taker interval, so a call that hangs
+// costs the taker at most a round.
+func (c *conn) callTimeout() time.Duration { return c.cfg.failover / 2 }
+
 // noLimit is a retry rate limiter that never refuses a retry.
 type noLimit struct{}
 

@@ -89,15 +89,19 @@ type table struct {
 // exists must have the KCL's key, leaseKey of type string.
 func (t *table) ensure(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
-		out, err := t.c.ddb.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.name)})
+		cctx, cancel := context.WithTimeout(ctx, t.c.callTimeout())
+		out, err := t.c.ddb.DescribeTable(cctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.name)})
+		cancel()
 		switch {
 		case errorCode(err) == codeNotFound:
-			_, err := t.c.ddb.CreateTable(ctx, &dynamodb.CreateTableInput{
+			cctx, cancel := context.WithTimeout(ctx, t.c.callTimeout())
+			_, err := t.c.ddb.CreateTable(cctx, &dynamodb.CreateTableInput{
 				TableName:            aws.String(t.name),
 				AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(attrKey), AttributeType: types.ScalarAttributeTypeS}},
 				KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(attrKey), KeyType: types.KeyTypeHash}},
 				BillingMode:          types.BillingModePayPerRequest,
 			})
+			cancel()
 			if err != nil && errorCode(err) != codeInUse {
 				return t.fail("create", err)
 			}
@@ -149,6 +153,8 @@ func (t *table) fail(op string, err error) error {
 // drop deletes the table (an ephemeral group's, when its last member
 // leaves).
 func (t *table) drop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, t.c.callTimeout())
+	defer cancel()
 	_, err := t.c.ddb.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(t.name)})
 	if err != nil && errorCode(err) != codeNotFound {
 		return t.fail("delete", err)
@@ -161,7 +167,9 @@ func (t *table) scan(ctx context.Context) ([]*lease, error) {
 	var leases []*lease
 	in := &dynamodb.ScanInput{TableName: aws.String(t.name), ConsistentRead: aws.Bool(true)}
 	for {
-		out, err := t.c.ddb.Scan(ctx, in)
+		pctx, cancel := context.WithTimeout(ctx, t.c.callTimeout())
+		out, err := t.c.ddb.Scan(pctx, in)
+		cancel()
 		if err != nil {
 			return nil, t.fail("scan", err)
 		}
@@ -179,6 +187,8 @@ func (t *table) scan(ctx context.Context) ([]*lease, error) {
 
 // get reads one lease; nil when there is none.
 func (t *table) get(ctx context.Context, key string) (*lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.c.leaseTimeout())
+	defer cancel()
 	out, err := t.c.ddb.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(t.name), Key: keyOf(key), ConsistentRead: aws.Bool(true),
 	})
@@ -215,6 +225,8 @@ func (t *table) create(ctx context.Context, s shardInfo, owner, checkpoint strin
 	if checkpoint == AtTimestamp {
 		item[attrStartTime] = num(startTime)
 	}
+	ctx, cancel := context.WithTimeout(ctx, t.c.leaseTimeout())
+	defer cancel()
 	_, err := t.c.ddb.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(t.name), Item: item,
 		ConditionExpression: aws.String("attribute_not_exists(leaseKey)"),
@@ -294,6 +306,8 @@ func (t *table) release(ctx context.Context, key string, counter int64, me strin
 // update runs one conditional UpdateItem; a failed condition is an error
 // wrapping ErrNotOwner.
 func (t *table) update(ctx context.Context, op, key, update, cond string, values map[string]types.AttributeValue) error {
+	ctx, cancel := context.WithTimeout(ctx, t.c.leaseTimeout())
+	defer cancel()
 	_, err := t.c.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(t.name),
 		Key:                       keyOf(key),

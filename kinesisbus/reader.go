@@ -6,9 +6,10 @@ package kinesisbus
 // as many records per call as fit in that by the size of those it read
 // last (GetRecords has no byte limit of its own below 10 MiB). An empty
 // answer waits poll_interval; a throttled one backs off; an expired
-// iterator is asked for again after the last record read. A closed
-// shard's reader stops at its end, and the shard is finished once its
-// last record is checkpointed.
+// iterator is asked for again after the last record read; a call that
+// does not answer within callTimeout is made again, for half as many
+// records. A closed shard's reader stops at its end, and the shard is
+// finished once its last record is checkpointed.
 
 import (
 	"context"
@@ -126,11 +127,20 @@ func (s *sub) read(ctx context.Context, sh *shard) {
 			iter = it
 		}
 		asked := limit
-		out, err := s.conn.kin.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(asked)})
+		gctx, cancel := context.WithTimeout(ctx, s.conn.callTimeout())
+		out, err := s.conn.kin.GetRecords(gctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(asked)})
+		timedOut := ctx.Err() == nil && gctx.Err() != nil
+		cancel()
 		if err != nil {
 			if errorCode(err) == codeExpired {
 				iter = nil // from the last record read
 				continue
+			}
+			if timedOut {
+				// A connection that stopped answering, or an answer too
+				// big to come in time: ask again (the iterator is still
+				// good), for fewer records.
+				limit = max(limit/2, 1)
 			}
 			if !backoff(err) {
 				return

@@ -20,12 +20,6 @@ import (
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-// leaseTimeout bounds each conditional write of a lease (renewal,
-// checkpoint, release) with the read that checks a refused one: a call
-// that hangs must not hold the lease's lock (shard.lmu) past its
-// deadline, and the renewer tries again at its next tick.
-func (s *sub) leaseTimeout() time.Duration { return s.conn.cfg.failover / 4 }
-
 // extend records a successful write of sh's lease (its take, a renewal,
 // a checkpoint), begun at begin. The write may have landed at any time
 // after begin, and another member counts failover_time from when it saw
@@ -111,7 +105,7 @@ func (s *sub) renew(ctx context.Context, sh *shard) bool {
 	if !s.valid(sh, begin) {
 		return true
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.leaseTimeout())
+	cctx, cancel := context.WithTimeout(ctx, s.conn.leaseTimeout())
 	defer cancel()
 	err := s.table.renew(cctx, sh.id, sh.counter, s.me, sh.handOver)
 	s.nudge(err)

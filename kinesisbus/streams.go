@@ -135,7 +135,9 @@ func (c *conn) listShards(ctx context.Context, stream string) ([]shardInfo, erro
 	var shards []shardInfo
 	in := &kinesis.ListShardsInput{StreamName: aws.String(stream)}
 	for {
-		out, err := c.kin.ListShards(ctx, in)
+		pctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+		out, err := c.kin.ListShards(pctx, in)
+		cancel()
 		if err != nil {
 			return nil, c.classify(err)
 		}

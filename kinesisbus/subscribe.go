@@ -285,20 +285,38 @@ func (s *sub) takeLocked(room driver.Room) []*driver.Delivery {
 // sequence number in its lease, conditional on the member still owning
 // the lease with the counter it last wrote. The last record of a shard
 // that ended is checkpointed as SHARD_END. Leases the member no longer
-// holds are refused with an error wrapping ErrNotOwner.
+// holds are refused with an error wrapping ErrNotOwner. The shards'
+// leases are written in parallel (one shard's in order), so a Commit
+// takes one write's time (at most leaseTimeout), however many shards it
+// covers.
 func (s *sub) Commit(ctx context.Context, ds []*driver.Delivery) error {
 	var errs []error
+	var order []*shard
+	seqs := map[*shard][]string{}
 	for _, d := range ds {
 		tok, ok := d.Token.(*token)
 		if !ok {
 			errs = append(errs, fmt.Errorf("kinesisbus: commit %q: delivery of lane %q is not from kinesisbus: %w", s.stream, d.Lane, driver.ErrInvalid))
 			continue
 		}
-		if err := s.checkpoint(ctx, tok.shard, tok.seq); err != nil {
-			errs = append(errs, err)
+		if seqs[tok.shard] == nil {
+			order = append(order, tok.shard)
 		}
+		seqs[tok.shard] = append(seqs[tok.shard], tok.seq)
 	}
-	return errors.Join(errs...)
+	failed := make([]error, len(order))
+	var wg sync.WaitGroup
+	for i, sh := range order {
+		wg.Go(func() {
+			for _, seq := range seqs[sh] {
+				if err := s.checkpoint(ctx, sh, seq); err != nil {
+					failed[i] = errors.Join(failed[i], err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(append(errs, failed...)...)
 }
 
 // checkpoint stores seq as sh's checkpoint (SHARD_END when it is the last
@@ -337,7 +355,7 @@ func (s *sub) write(ctx context.Context, sh *shard, position string) error {
 	if !s.valid(sh, begin) {
 		return fmt.Errorf("kinesisbus: commit %q shard %s: the lease is past its deadline: %w", s.stream, sh.id, ErrNotOwner)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.leaseTimeout())
+	ctx, cancel := context.WithTimeout(ctx, s.conn.leaseTimeout())
 	defer cancel()
 	err := s.table.checkpoint(ctx, sh.id, sh.counter, s.me, sh.handOver, position, 0)
 	s.nudge(err)
@@ -435,7 +453,10 @@ func (s *sub) kickTaker(sync bool) {
 // Close implements driver.Subscriber: the member stops taking leases,
 // stops reading and releases every lease it holds (the engine committed
 // what was settled before), so the other members take them at once. An
-// ephemeral group's lease table is deleted with its last member.
+// ephemeral group's lease table is deleted with its last member. Close
+// returns within leaseTimeout once the taker and a Revoked in progress
+// are done (failover_time more for an ephemeral group's table), even
+// when DynamoDB does not answer: a lease not released expires.
 func (s *sub) Close() error {
 	s.closeOnce.Do(func() {
 		if s.takerStop != nil {
@@ -459,12 +480,16 @@ func (s *sub) Close() error {
 			<-s.watchdogDone
 		}
 		s.readers.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		// In parallel, each bounded by leaseTimeout: Close takes one
+		// release's time even when DynamoDB does not answer.
+		var wg sync.WaitGroup
 		for _, sh := range held {
-			s.release(ctx, sh)
+			wg.Go(func() { s.release(context.Background(), sh) })
 		}
+		wg.Wait()
 		if s.ephemeral {
+			ctx, cancel := context.WithTimeout(context.Background(), s.conn.cfg.failover)
+			defer cancel()
 			s.dropIfUnused(ctx)
 		}
 		s.conn.subs.Remove(s)
@@ -477,7 +502,7 @@ func (s *sub) Close() error {
 func (s *sub) release(ctx context.Context, sh *shard) {
 	sh.lmu.Lock()
 	defer sh.lmu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, s.leaseTimeout())
+	ctx, cancel := context.WithTimeout(ctx, s.conn.leaseTimeout())
 	defer cancel()
 	if err := s.table.release(ctx, sh.id, sh.counter, s.me, sh.handOver); err != nil {
 		if !errors.Is(err, ErrNotOwner) {
