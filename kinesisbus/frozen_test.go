@@ -28,23 +28,31 @@ import (
 // the connections freeze again, for good, and Shutdown must return
 // within failover_time, leaving no goroutine of the members behind.
 //
+// In the last case DynamoDB answers again (on new connections) as soon
+// as the member lost its leases at their deadline: it takes them back
+// at its next look at the table, so the shards are read again within
+// failover_time/2 and a little, without a release of the leases it could
+// not renew.
+//
 // It times a stall, so it runs alone, before the parallel tests.
 func TestFrozenConnections(t *testing.T) {
 	need(t)
 	for _, tc := range []struct {
-		name     string
-		members  int
-		ddb, kin bool
+		name       string
+		members    int
+		ddb, kin   bool
+		thawAtLoss bool
 	}{
-		{"dynamodb, one member", 1, true, false},
-		{"dynamodb and kinesis, every member", 2, true, true},
-		{"kinesis, one member", 1, false, true},
+		{"dynamodb, one member", 1, true, false, false},
+		{"dynamodb and kinesis, every member", 2, true, true, false},
+		{"kinesis, one member", 1, false, true, false},
+		{"dynamodb until the leases are lost", 1, true, false, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testFrozen(t, tc.members, tc.ddb, tc.kin) })
+		t.Run(tc.name, func(t *testing.T) { testFrozen(t, tc.members, tc.ddb, tc.kin, tc.thawAtLoss) })
 	}
 }
 
-func testFrozen(t *testing.T, members int, freezeDDB, freezeKin bool) {
+func testFrozen(t *testing.T, members int, freezeDDB, freezeKin, thawAtLoss bool) {
 	const failover = 3 * time.Second
 	const shards = 4
 	params := "failover_time=" + failover.String()
@@ -63,7 +71,8 @@ func testFrozen(t *testing.T, members int, freezeDDB, freezeKin bool) {
 	}
 	var mu sync.Mutex
 	var log []handling
-	lost := map[string]bool{} // lanes a member lost
+	lost := map[string]bool{}        // lanes a member lost
+	lostCh := make(chan struct{}, 1) // a member lost lanes
 	ddbP, kinP := newProxy(t, dynamoAddr), newProxy(t, kinesisAddr)
 	freeze := func() {
 		if freezeDDB {
@@ -96,6 +105,10 @@ func testFrozen(t *testing.T, members int, freezeDDB, freezeKin bool) {
 					lost[l] = true
 				}
 				mu.Unlock()
+				select {
+				case lostCh <- struct{}{}:
+				default:
+				}
 			}
 		})
 		clients[i] = open(t, kinesisURL(kinP.Addr(), ddbP.Addr(), params))
@@ -153,8 +166,17 @@ func testFrozen(t *testing.T, members int, freezeDDB, freezeKin bool) {
 		func() string { return fmt.Sprintf("lanes per member %v, want %d in all", holders(ks), shards) })
 	time.Sleep(time.Second)
 
+	froze := time.Now()
 	freeze()
-	time.Sleep(2 * failover)
+	if thawAtLoss {
+		select {
+		case <-lostCh:
+		case <-time.After(2 * failover):
+			t.Fatalf("no lane lost %v after DynamoDB froze", 2*failover)
+		}
+	} else {
+		time.Sleep(2 * failover)
+	}
 	ddbP.Thaw()
 	kinP.Thaw()
 	thawed := time.Now()
@@ -201,6 +223,29 @@ func testFrozen(t *testing.T, members int, freezeDDB, freezeKin bool) {
 		return fmt.Sprintf("%d of %d published records never handled (%v after the thaw)", missing, len(want), time.Since(thawed).Round(time.Millisecond))
 	})
 	caughtUp := time.Since(thawed)
+	if thawAtLoss {
+		// How long each lane lost was not read: from the loss to its
+		// first record handled after it.
+		var longest time.Duration
+		mu.Lock()
+		for lane := range lost {
+			var first time.Time
+			for _, h := range log {
+				if h.lane == lane && h.start.After(thawed) && (first.IsZero() || h.start.Before(first)) {
+					first = h.start
+				}
+			}
+			if first.IsZero() {
+				t.Errorf("lane %s, lost, never read again", lane)
+			}
+			longest = max(longest, first.Sub(thawed))
+		}
+		mu.Unlock()
+		t.Logf("lanes lost at their deadline read again at most %v after the loss (failover_time %v)", longest.Round(time.Millisecond), failover)
+		if longest > failover {
+			t.Errorf("a lane lost at its deadline was read again only %v after the loss, want at most failover_time (%v)", longest.Round(time.Millisecond), failover)
+		}
+	}
 
 	// Order within each key, and duplicates only on lanes lost.
 	mu.Lock()
@@ -252,7 +297,7 @@ func testFrozen(t *testing.T, members int, freezeDDB, freezeKin bool) {
 	}
 	mu.Unlock()
 	t.Logf("%d records published, all handled %v after the thaw (frozen %v); %d handled twice or more, lanes lost %d; %d first handled after a newer one of their key was settled",
-		len(want), caughtUp.Round(time.Millisecond), 2*failover, dups, len(lost), late)
+		len(want), caughtUp.Round(time.Millisecond), thawed.Sub(froze).Round(time.Millisecond), dups, len(lost), late)
 
 	// Frozen again, for good: Shutdown returns all the same.
 	freeze()
