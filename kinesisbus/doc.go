@@ -144,9 +144,9 @@
 // checkpoint is written, the lease is no longer renewed (a late renewal
 // that lands does not bring it back), and the lane is lost (Lanes.Lost)
 // at once, from a watchdog of the member's own; a lane draining in
-// Revoked then has its drain cut short. Every renewal, checkpoint and
-// release call is bounded by failover_time / 4 (a call that hangs does
-// not hold the lease up), and the leases are renewed in parallel. So
+// Revoked then has its drain cut short. A failed renewal is tried again
+// at the next one: failures are not counted, the deadline alone decides.
+// The leases are renewed in parallel. So
 // when a member's renewals fail or stall (DynamoDB slow, a network cut),
 // it has stopped handing the shard's records on before another member
 // takes the lease: a record is handled by both only when a handler
@@ -154,6 +154,23 @@
 // all the same: a member frozen past its deadline (a long pause, a
 // suspended VM) stops when it wakes, but a handler it was running then
 // finishes, maybe while the next holder handles the same records.
+//
+// Every call a member makes is bounded, as the HTTP client bounds none:
+// a write of a lease (a take, a renewal, a checkpoint, a release) and
+// the read that checks a refused one by failover_time / 4, every other
+// call (a page of the lease table's scan or of the shards' listing, the
+// table's creation, GetRecords) by failover_time / 2. A call on a
+// connection that stopped answering (a server that hangs, a network
+// path lost under an open connection) is cut short and made again on a
+// new one, so no member waits on one for ever: its taker looks at the
+// table again at its next round, its readers read on, and Close returns
+// within failover_time / 4 once a revocation in progress is done
+// (failover_time more to delete an ephemeral group's table; a lease it
+// could not release expires). A lease given up at its deadline
+// is not released: a member that reaches DynamoDB again takes its own
+// leases back at its next look at the table (failover_time / 2), and
+// another member takes them once they expire, not sooner, which keeps
+// the last quarter for a handler still running.
 //
 // Checkpoints are conditional on the owner and the counter, so a member
 // that lost its lease can never move its checkpoint: the write fails
@@ -218,8 +235,10 @@
 // waiting poll_interval when caught up, and holds at most 10,000 records
 // or 16 MiB ahead of the engine; an expired iterator is asked for again
 // after the last record read; a throttled read backs off (200ms doubling
-// to 10s). Kinesis cannot nack: retries run in the engine and dead
-// letters are published to the dead-letter stream. Checkpoints are the
+// to 10s); a GetRecords that does not answer within failover_time / 2
+// is made again for half as many records. Kinesis cannot nack: retries
+// run in the engine and dead letters are published to the dead-letter
+// stream. Checkpoints are the
 // engine's watermark, written at most every CommitInterval. A new group
 // starts at the time it is created (StartLatest: an AT_TIMESTAMP
 // checkpoint) or at TRIM_HORIZON (StartEarliest). Delivery is at least
