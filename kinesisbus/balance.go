@@ -417,8 +417,12 @@ func (s *sub) revokePending(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
+	// Released even when the member is closing meanwhile (Close skips
+	// these leases, no longer held): the lanes were drained and
+	// committed, and each release is bounded by leaseTimeout.
+	rel := context.WithoutCancel(ctx)
 	for _, sh := range out {
-		s.release(ctx, sh)
+		s.release(rel, sh)
 		s.logger.Info("gave up a lease", "shard", sh.id, "ended", sh.finished)
 	}
 }
