@@ -236,7 +236,8 @@
 // or 16 MiB ahead of the engine; an expired iterator is asked for again
 // after the last record read; a throttled read backs off (200ms doubling
 // to 10s); a GetRecords that does not answer within failover_time / 2
-// is made again for half as many records. Kinesis cannot nack: retries
+// is made again for half as many records (twice as many again after
+// each answer within a quarter of that). Kinesis cannot nack: retries
 // run in the engine and dead letters are published to the dead-letter
 // stream. Checkpoints are the
 // engine's watermark, written at most every CommitInterval. A new group
