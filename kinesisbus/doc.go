@@ -146,10 +146,9 @@
 // at once, from a watchdog of the member's own; a lane draining in
 // Revoked then has its drain cut short. A failed renewal is tried again
 // at the next one: failures are not counted, the deadline alone decides.
-// The leases are renewed in parallel. So
-// when a member's renewals fail or stall (DynamoDB slow, a network cut),
-// it has stopped handing the shard's records on before another member
-// takes the lease: a record is handled by both only when a handler
+// The leases are renewed in parallel. So when a member's renewals fail
+// or stall (DynamoDB slow, a network cut), it has stopped handing the
+// shard's records on before another member takes the lease: a record is handled by both only when a handler
 // already running outlives the last quarter. Ownership rests on timing
 // all the same: a member frozen past its deadline (a long pause, a
 // suspended VM) stops when it wakes, but a handler it was running then
@@ -166,11 +165,11 @@
 // table again at its next round, its readers read on, and Close returns
 // within failover_time / 4 once a revocation in progress is done
 // (failover_time more to delete an ephemeral group's table; a lease it
-// could not release expires). A lease given up at its deadline
-// is not released: a member that reaches DynamoDB again takes its own
-// leases back at its next look at the table (failover_time / 2), and
-// another member takes them once they expire, not sooner, which keeps
-// the last quarter for a handler still running.
+// could not release expires). A lease given up at its deadline is not
+// released: a member that reaches DynamoDB again takes its own leases
+// back at its next look at the table (failover_time / 2), and another
+// member takes them once they expire, not sooner, which keeps the last
+// quarter for a handler still running.
 //
 // Checkpoints are conditional on the owner and the counter, so a member
 // that lost its lease can never move its checkpoint: the write fails
