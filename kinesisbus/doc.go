@@ -148,8 +148,9 @@
 // at the next one: failures are not counted, the deadline alone decides.
 // The leases are renewed in parallel. So when a member's renewals fail
 // or stall (DynamoDB slow, a network cut), it has stopped handing the
-// shard's records on before another member takes the lease: a record is handled by both only when a handler
-// already running outlives the last quarter. Ownership rests on timing
+// shard's records on before another member takes the lease: a record
+// is handled by both only when a handler already running outlives the
+// last quarter. Ownership rests on timing
 // all the same: a member frozen past its deadline (a long pause, a
 // suspended VM) stops when it wakes, but a handler it was running then
 // finishes, maybe while the next holder handles the same records.
