@@ -203,6 +203,12 @@ func (o *orderLog) handle(_ context.Context, m *omnibus.Message) error {
 	} else {
 		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
 	}
+	o.record(m)
+	return nil
+}
+
+// record checks m, numbered in header n, against key order and counts it.
+func (o *orderLog) record(m *omnibus.Message) {
 	n, _ := strconv.Atoi(m.Headers["n"])
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -211,14 +217,13 @@ func (o *orderLog) handle(_ context.Context, m *omnibus.Message) error {
 	if last, ok := o.newest[m.Key]; ok && n < last {
 		if o.seen[m.ID] > 1 {
 			o.replays++ // handled before: at least once lets it come again
-			return nil
+			return
 		}
 		o.bad = append(o.bad, fmt.Sprintf("key %s: message %d (position %s, lane %s, delivery %d of it, attempt %d) settled after %d (position %s)",
 			m.Key, n, m.Position, m.Lane, o.seen[m.ID], m.Attempt, last, o.at[m.Key]))
-		return nil
+		return
 	}
 	o.newest[m.Key], o.at[m.Key] = n, m.Position
-	return nil
 }
 
 func (o *orderLog) handled() int {
