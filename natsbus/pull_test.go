@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
