@@ -164,9 +164,7 @@ func (p *partitioned) claim(part int) {
 	cons, err := p.prepare(part)
 	var r *reader
 	if err == nil {
-		r, err = s.newReader(lane, cons, true)
-	}
-	if err == nil {
+		r = s.newReader(lane, cons, true)
 		if next, ok := resumeSeq(cons.CachedInfo()); ok {
 			r.claimAt.Store(next)
 		}

@@ -1,10 +1,10 @@
 package natsbus
 
-// Readers: one per lane the member reads, a pull iterator on the lane's
-// consumer, and the pump goroutine that moves what it pulls into the
-// inbox, starts a new iterator after an error and re-creates a consumer
-// deleted behind the group's back. reader.itMu guards the iterator and
-// the consumer; sub.mu guards what a reader remembers of the sequences it
+// Readers: one per lane the member reads, and the pump goroutine that
+// pulls the lane's consumer (Fetch requests, two at most), moves what it
+// pulls into the inbox, pulls again after an error and re-creates a
+// consumer deleted behind the group's back. reader.consMu guards the
+// consumer; sub.mu guards what a reader remembers of the sequences it
 // pulled and acknowledged.
 
 import (
@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus/driver"
@@ -24,10 +25,12 @@ import (
 // reader reads one lane: a durable consumer and its pull iterator.
 type reader struct {
 	lane    string
-	itMu    sync.Mutex // guards cons and it, replaced by the pump after an error
+	consMu  sync.Mutex // guards cons, replaced by the pump when it is created again
 	cons    jetstream.Consumer
-	it      jetstream.MessagesContext
+	ctx     context.Context // the pulls'; cancelled by halt
+	cancel  context.CancelFunc
 	stopped atomic.Bool
+	drain   atomic.Bool // halted with drain: set before stop is closed
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -139,8 +142,8 @@ func (r *reader) raiseFloorLocked(floor uint64) {
 
 // consumer returns r's current consumer.
 func (r *reader) consumer() jetstream.Consumer {
-	r.itMu.Lock()
-	defer r.itMu.Unlock()
+	r.consMu.Lock()
+	defer r.consMu.Unlock()
 	return r.cons
 }
 
@@ -148,40 +151,87 @@ func (r *reader) consumer() jetstream.Consumer {
 // heartbeat would, dropping the message it read.
 var failNextRead atomic.Bool
 
-// pullExpiry is how long a pull request waits on the server. The pull
-// iterator learns of a request the server dropped without a word (one
-// that reached a consumer being deleted: "no responders") only when
-// heartbeats stop, after pullExpiry; nats.go's default is 30s.
-const pullExpiry = 5 * time.Second
+// pullExpiry is how long a pull request waits on the server. A pull
+// learns of a request the server dropped without a word (one that
+// reached a consumer being deleted: "no responders") only when
+// heartbeats stop, after twice pullHeartbeat.
+const (
+	pullExpiry    = 5 * time.Second
+	pullHeartbeat = pullExpiry / 2
+)
 
-// messages starts a pull on cons, sized to the engine's bounds: at most
-// MaxInFlight messages buffered, and requests of at most MaxInFlightBytes
-// (never less than the largest message the server accepts, which would
-// stall the pull). A pinned partition consumer is pulled in its priority
-// group.
-func (s *sub) messages(cons jetstream.Consumer) (jetstream.MessagesContext, error) {
-	n := max(1, s.opts.MaxInFlight)
-	opts := []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(n), jetstream.PullExpiry(pullExpiry)}
-	if b := s.opts.MaxInFlightBytes; b > 0 {
-		opts[0] = jetstream.PullMaxMessagesWithBytesLimit(n, max(b, int(s.c.nc.MaxPayload())+4096))
-	}
-	if pinned(cons.CachedInfo()) {
-		opts = append(opts, jetstream.PullPriorityGroup(pinGroup))
-	}
-	return cons.Messages(opts...)
+// pull is one pull request of a reader: a Fetch, whose goroutine (nats.go's)
+// reads the request's replies as they come, heartbeats included, into
+// msgs, which has room for every message asked for. So nothing a pull
+// asked for is ever dropped, however long the pump waits for the engine.
+//
+// nats.go's other pull, the Messages iterator, buffers its replies in a
+// channel exactly as large as the messages it keeps asked for, and the
+// server's status messages (idle heartbeats, request timeouts) take room
+// in it too: a pump blocked behind a full engine while a heartbeat came
+// had the client drop a message of the next full batch as a slow
+// consumer, which cost a partition's reader its lane (see errMissed).
+type pull struct {
+	batch  jetstream.MessageBatch
+	msgs   <-chan jetstream.Msg // batch.Messages(), closed once it ended and was emptied
+	cancel context.CancelFunc   // ends the request (its context)
+	size   int                  // messages asked for
+	taken  int                  // messages the pump took from msgs
 }
 
-func (s *sub) newReader(lane string, cons jetstream.Consumer, exclusive bool) (*reader, error) {
-	it, err := s.messages(cons)
+// served reports whether every message p asked for arrived: the server
+// no longer holds p's request.
+func (p *pull) served() bool { return p.taken+len(p.msgs) >= p.size }
+
+// end ends p's request; what msgs buffers stays for the pump to take.
+// Safe on nil.
+func (p *pull) end() {
+	if p != nil {
+		p.cancel()
+	}
+}
+
+// pullSize is how many messages a pull of s asks for: half of the
+// engine's MaxInFlight, so that the two pulls a reader has at most (the
+// one the pump empties, the next one already asked for) buffer no more
+// than MaxInFlight messages.
+func (s *sub) pullSize() int { return (max(1, s.opts.MaxInFlight) + 1) / 2 }
+
+// fetch asks r's consumer for the next pullSize messages, and for at most
+// half of MaxInFlightBytes (never less than the largest message the
+// server accepts, which would stall the pull). A pinned partition
+// consumer is pulled in its priority group.
+//
+// The request's context ends it early (halt, or the pump giving it up):
+// its deadline, a little past pullExpiry, is also how nats.go sizes the
+// request's expiry on the server.
+func (s *sub) fetch(r *reader) (*pull, error) {
+	cons := r.consumer()
+	ctx, cancel := context.WithTimeout(r.ctx, pullExpiry+time.Second)
+	n := s.pullSize()
+	opts := []jetstream.FetchOpt{jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(pullHeartbeat)}
+	if b := s.opts.MaxInFlightBytes; b > 0 {
+		opts = append(opts, jetstream.FetchMaxBytes(max(b/2, int(s.c.nc.MaxPayload())+4096)))
+	}
+	if pinned(cons.CachedInfo()) {
+		opts = append(opts, jetstream.FetchPriorityGroup(pinGroup))
+	}
+	batch, err := cons.Fetch(n, opts...)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	r := &reader{lane: lane, cons: cons, it: it, stop: make(chan struct{}), done: make(chan struct{}), exclusive: exclusive}
+	return &pull{batch: batch, msgs: batch.Messages(), cancel: cancel, size: n}, nil
+}
+
+func (s *sub) newReader(lane string, cons jetstream.Consumer, exclusive bool) *reader {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &reader{lane: lane, cons: cons, ctx: ctx, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{}), exclusive: exclusive}
 	if exclusive {
 		r.nacked = map[uint64]struct{}{}
 		r.dseq = cons.CachedInfo().Delivered.Consumer
 	}
-	return r, nil
+	return r
 }
 
 func (s *sub) startPump(r *reader) {
@@ -189,31 +239,64 @@ func (s *sub) startPump(r *reader) {
 	go s.pump(r)
 }
 
-// pump moves messages from r's iterator to the inbox until r stops,
-// holding each from the moment it is pulled. Once r stops, it empties
-// what the iterator still buffers (see halt): handed back with Nak when
-// the member leaves an unpartitioned group, dropped otherwise (the
-// partition's next owner resets its consumer).
+// pump moves messages from r's pulls to the inbox until r stops, holding
+// each from the moment it is pulled. It keeps at most two pulls: the one
+// it empties and, once the server served all of that one, the next, so
+// that the pump never waits a round trip between two pulls. The next is
+// asked for only then because the server shares its messages among a
+// consumer's waiting requests in turns: two requests served at once would
+// interleave the lane's messages between two buffers, out of order.
+// Once r stops, the pump hands back with Nak what its pulls still buffer
+// when halted with drain (a member leaving an unpartitioned group), and
+// drops it otherwise (the partition's next owner resets its consumer).
 func (s *sub) pump(r *reader) {
 	defer s.wg.Done()
 	defer close(r.done)
+	var cur, next *pull
+	defer func() {
+		cur.end()
+		next.end()
+	}()
+	n := max(1, s.opts.MaxInFlight)
 	failures := 0
 	for {
-		r.itMu.Lock()
-		it := r.it
-		r.itMu.Unlock()
-		msg, err := it.Next()
-		if err == nil && failNextRead.Load() && failNextRead.CompareAndSwap(true, false) {
-			err = jetstream.ErrNoHeartbeat // msg dropped, as the iterator's buffer would be
+		if r.stopped.Load() {
+			if r.drain.Load() {
+				nakAll(cur)
+				nakAll(next)
+			}
+			return
+		}
+		var err error
+		switch {
+		case cur == nil:
+			cur, err = s.fetch(r)
+		case next == nil && cur.served() && len(cur.msgs)+s.pullSize() <= n:
+			next, err = s.fetch(r)
+		}
+		var msg jetstream.Msg
+		if err == nil {
+			var ok bool
+			msg, ok = <-cur.msgs
+			if !ok {
+				err = cur.batch.Error()
+				cur.end()
+				cur, next = next, nil
+				if err == nil || s.endedQuietly(r, err) {
+					continue
+				}
+			} else {
+				cur.taken++
+			}
 		}
 		if r.stopped.Load() {
-			if err != nil {
-				return
-			}
-			if s.part == nil {
+			if msg != nil && r.drain.Load() {
 				_ = msg.Nak()
 			}
-			continue
+			continue // the loop's top hands back or drops the rest
+		}
+		if err == nil && failNextRead.Load() && failNextRead.CompareAndSwap(true, false) {
+			err = jetstream.ErrNoHeartbeat // msg dropped, and what the pulls buffer with it
 		}
 		if err == nil {
 			failures = 0
@@ -227,7 +310,10 @@ func (s *sub) pump(r *reader) {
 			}
 			continue // when the put was cut short, r stopped: see above
 		}
-		if errors.Is(err, jetstream.ErrNoHeartbeat) && s.gone(r) {
+		cur.end()
+		next.end()
+		cur, next = nil, nil
+		if (errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrNoResponders)) && s.gone(r) {
 			// A pull on a consumer that no longer exists gets no answer
 			// at all: the heartbeats stop.
 			err = jetstream.ErrConsumerNotFound
@@ -250,40 +336,49 @@ func (s *sub) pump(r *reader) {
 		}
 		if r.exclusive {
 			// A partition's reader may have lost deliveries with its
-			// iterator (what it buffered, and what its pull request
-			// still takes until the server sees it gone): they would
-			// come back after ack_wait, behind newer messages of the
-			// lane. So the member gives the lane up instead, and claims
-			// it again from its first message not acknowledged.
+			// pull (what the server sent it and the failure kept from
+			// arriving): they would come back after ack_wait, behind
+			// newer messages of the lane. So the member gives the lane
+			// up instead, and claims it again from its first message
+			// not acknowledged.
 			s.part.abandon(r, err)
 			return
 		}
-		// Not terminal: start a new iterator after a pause.
+		// Not terminal: pull again after a pause.
 		failures++
 		select {
 		case <-time.After(min(time.Duration(failures)*250*time.Millisecond, 5*time.Second)):
 		case <-r.stop:
 			return
 		}
-		it.Stop()
-		if next, err := s.messages(r.consumer()); err == nil {
-			r.replace(nil, next)
-		}
 	}
 }
 
-// replace installs r's new iterator (and consumer, when not nil); it
-// stops the iterator at once when r was stopped meanwhile.
-func (r *reader) replace(cons jetstream.Consumer, it jetstream.MessagesContext) {
-	r.itMu.Lock()
-	defer r.itMu.Unlock()
-	if cons != nil {
-		r.cons = cons
+// endedQuietly reports whether a pull that ended with err needs no more
+// than the next pull: the server no longer had r pinned (nats.go
+// forgot the pin, and the next pull asks for it again), or the pull's
+// own deadline passed before the server's expiry answer came. A pull
+// ended by halt ends quietly too: the pump sees r stopped.
+func (s *sub) endedQuietly(r *reader, err error) bool {
+	return errors.Is(err, jetstream.ErrPinIDMismatch) || r.stopped.Load() ||
+		errors.Is(err, context.DeadlineExceeded) && r.ctx.Err() == nil
+}
+
+// nakAll hands back what p still buffers; p's request has ended (halt).
+func nakAll(p *pull) {
+	if p == nil {
+		return
 	}
-	r.it = it
-	if r.stopped.Load() {
-		it.Stop()
+	for m := range p.msgs {
+		_ = m.Nak()
 	}
+}
+
+// replace installs r's new consumer.
+func (r *reader) replace(cons jetstream.Consumer) {
+	r.consMu.Lock()
+	defer r.consMu.Unlock()
+	r.cons = cons
 }
 
 // gone reports whether r's consumer no longer exists.
@@ -328,33 +423,21 @@ func (s *sub) reopen(r *reader, cause error) (notice, err error) {
 		// The server may still be removing it: the pump tries again.
 		return nil, fmt.Errorf("natsbus: receive %q lane %s: %v; creating it again failed, trying again: %v", s.topic, r.lane, cause, err)
 	}
-	it, err := s.messages(cons)
-	if err != nil {
-		return nil, fmt.Errorf("natsbus: receive %q lane %s: consumer created again: %w", s.topic, r.lane, err)
-	}
-	r.itMu.Lock()
-	old := r.it
-	r.itMu.Unlock()
-	old.Stop()
 	s.mu.Lock()
 	r.dseq = cons.CachedInfo().Delivered.Consumer // a new consumer numbers its deliveries afresh
 	s.mu.Unlock()
-	r.replace(cons, it)
+	r.replace(cons)
 	return fmt.Errorf("natsbus: receive %q lane %s: consumer %q: %v: %w", s.topic, r.lane, s.consumerName(r.lane), cause, errReopened), nil
 }
 
-// halt stops r's iterator. With drain, what it already buffers stays for
-// the pump to take (and hand back); without, it is dropped.
+// halt stops r: its pulls end, and the pump returns. With drain, the
+// pump first hands back (Nak) what the pulls buffer; without, it is
+// dropped.
 func (r *reader) halt(drain bool) {
 	if !r.stopped.CompareAndSwap(false, true) {
 		return
 	}
+	r.drain.Store(drain)
 	close(r.stop)
-	r.itMu.Lock()
-	defer r.itMu.Unlock()
-	if drain {
-		r.it.Drain()
-	} else {
-		r.it.Stop()
-	}
+	r.cancel()
 }

@@ -59,10 +59,7 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 	if err != nil {
 		return fail(err)
 	}
-	r, err := s.newReader(unorderedLane, cons, false)
-	if err != nil {
-		return fail(classify(err))
-	}
+	r := s.newReader(unorderedLane, cons, false)
 	if err := c.addSub(s); err != nil {
 		r.halt(false)
 		return nil, fmt.Errorf("natsbus: subscribe %q: %w", topic, err)
