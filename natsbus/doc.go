@@ -225,10 +225,12 @@
 // say; a consumer deleted behind the group's back is created again, see
 // above) is given up the same way at once, its lease deleted, and so is
 // one whose reader finds that a delivery of its consumer never reached
-// it (the server numbers deliveries; the client drops a pull response
-// when its buffer is full, a slow consumer): what the pull lost would
-// come back only after ack_wait, behind newer messages, so the member
-// claims the lane again and resets it. A crashed member's partitions
+// it (the server numbers deliveries; a pull the lane's previous owner
+// left waiting on the server may have taken it; the member's own pulls
+// have room for all they ask for, so the client never drops one as a
+// slow consumer): what never arrived would come back only after
+// ack_wait, behind newer messages, so the member claims the lane again
+// and resets it. A crashed member's partitions
 // move after lease_ttl. Nothing a member
 // claimed outlives its Close: it deletes its leases, and any lease key
 // still holding its ID (a claim whose reply Close cut off).
@@ -352,7 +354,7 @@
 // others held beside it are not. A throwaway group keeps no positions,
 // and its count is the server's.
 //
-// A message counts as held from the moment the pull iterator returns it,
+// A message counts as held from the moment the pump takes it from its pull,
 // wherever it then waits (the member's inbox, Receive's carry, the
 // engine): every held message gets an in-progress signal every ack_wait/4
 // to ack_wait/2, so neither a backlog nor a slow handler nor a retry
@@ -360,8 +362,8 @@
 // signalled for as long as the member holds it and its lease; an
 // unpartitioned group's for up to 10 × ack_wait (at least 5 minutes),
 // after which the server redelivers it to any member, so a handler that
-// never returns does not keep its message for ever. Only what the pull
-// iterator buffers is not signalled (the server's clock runs from its
+// never returns does not keep its message for ever. Only what a pull
+// buffers is not signalled (the server's clock runs from its
 // delivery): should its ack_wait run out there, the copy the server
 // redelivers is dropped on a partition (see Partitioned mode), and
 // delivered again on an unpartitioned group (at least once).
@@ -369,8 +371,7 @@
 // A member that leaves an unpartitioned group (Close, after the engine's
 // drain in Shutdown) hands back at once, with Nak, everything it pulled
 // and the engine did not settle: what the engine abandoned, what waits in
-// its inbox and carry, and what the pull iterator still buffers (drained
-// first); the group's other members get it now, not after ack_wait. A
+// its inbox and carry, and what its pulls still buffer; the group's other members get it now, not after ack_wait. A
 // partitioned member releases its leases instead, and the next owner
 // resets the consumer (see above). One race is left: a pull response the
 // server sends as the member unsubscribes is lost on the way, and the
@@ -383,12 +384,13 @@
 // Prefetch. Beyond the engine's MaxInFlight and MaxInFlightBytes, a
 // member holds at most:
 //
-//   - per lane it reads (one unpartitioned; up to N partitioned), the pull
-//     iterator's buffer: MaxInFlight messages (PullMaxMessages), asked for
-//     in pull requests of at most max(MaxInFlightBytes, max_payload +
-//     4 KiB) bytes each (nats.go's PullMaxMessagesWithBytesLimit; a
-//     request never asks for less than the largest message, which would
-//     stall it);
+//   - per lane it reads (one unpartitioned; up to N partitioned), what its
+//     pulls buffer: MaxInFlight messages, in two pull requests (nats.go's
+//     Fetch) of MaxInFlight/2 messages (rounded up) and at most
+//     max(MaxInFlightBytes/2, max_payload + 4 KiB) bytes each (a request
+//     never asks for less than the largest message, which would stall
+//     it), the second asked for once the server sent all of the first
+//     (the server shares messages among waiting requests in turns);
 //   - its inbox, between the pumps and Receive: 64 messages;
 //   - Receive's carry, taken from the inbox and not fitting the engine's
 //     room yet: fewer than MaxInFlight messages.
@@ -456,8 +458,9 @@
 //
 // Everything is safe for concurrent use. Each client holds one NATS
 // connection; each group member adds a pump goroutine per lane it reads
-// (the pull iterator's messages into the member's inbox, a bounded queue
-// that Receive empties in batches) and a keeper goroutine (in-progress
+// (its pulls' messages into the member's inbox, a bounded queue that
+// Receive empties in batches, with nats.go's goroutine of each of the
+// lane's one or two pull requests) and a keeper goroutine (in-progress
 // signals, and the group's positions). In partitioned mode a member also
 // runs a watcher (the lease bucket's keys; it creates a deleted lease
 // bucket again and watches the new one), a refresher (heartbeat and

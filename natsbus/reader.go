@@ -22,7 +22,7 @@ import (
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-// reader reads one lane: a durable consumer and its pull iterator.
+// reader reads one lane: a durable consumer, pulled by the reader's pump.
 type reader struct {
 	lane    string
 	consMu  sync.Mutex // guards cons, replaced by the pump when it is created again
@@ -257,6 +257,11 @@ func (s *sub) pump(r *reader) {
 		cur.end()
 		next.end()
 	}()
+	// A reconnect loses the pulls' requests on the server, which answers
+	// them no more: the pump ends them (what they buffer stays to take)
+	// and pulls again, rather than waiting for their heartbeats to stop.
+	reconnected := s.c.nc.StatusChanged(nats.CONNECTED)
+	defer s.c.nc.RemoveStatusListener(reconnected)
 	n := max(1, s.opts.MaxInFlight)
 	failures := 0
 	for {
@@ -277,7 +282,13 @@ func (s *sub) pump(r *reader) {
 		var msg jetstream.Msg
 		if err == nil {
 			var ok bool
-			msg, ok = <-cur.msgs
+			select {
+			case msg, ok = <-cur.msgs:
+			case <-reconnected:
+				cur.end()
+				next.end()
+				continue
+			}
 			if !ok {
 				err = cur.batch.Error()
 				cur.end()
@@ -356,12 +367,13 @@ func (s *sub) pump(r *reader) {
 
 // endedQuietly reports whether a pull that ended with err needs no more
 // than the next pull: the server no longer had r pinned (nats.go
-// forgot the pin, and the next pull asks for it again), or the pull's
-// own deadline passed before the server's expiry answer came. A pull
-// ended by halt ends quietly too: the pump sees r stopped.
+// forgot the pin, and the next pull asks for it again), the pull's own
+// deadline passed before the server's expiry answer came, or the pump
+// ended it after a reconnect. A pull ended by halt ends quietly too: the
+// pump sees r stopped.
 func (s *sub) endedQuietly(r *reader, err error) bool {
 	return errors.Is(err, jetstream.ErrPinIDMismatch) || r.stopped.Load() ||
-		errors.Is(err, context.DeadlineExceeded) && r.ctx.Err() == nil
+		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && r.ctx.Err() == nil
 }
 
 // nakAll hands back what p still buffers; p's request has ended (halt).

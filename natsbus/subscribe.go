@@ -145,9 +145,9 @@ func (s *sub) Wake() { driver.Notify(s.wake) }
 // Close implements driver.Subscriber: it stops reading and leaves the
 // group. A member of an unpartitioned group hands back at once (Nak)
 // everything it pulled and the engine did not settle: what the engine
-// abandoned, what waits in the inbox, and what the pull iterator still
-// buffers, so the group's other members get it now rather than after
-// ack_wait. A partitioned member releases its leases instead (see the
+// abandoned, what waits in the inbox, and what its pulls still buffer,
+// so the group's other members get it now rather than after ack_wait.
+// A partitioned member releases its leases instead (see the
 // package documentation). The durable consumer (the group's position)
 // stays, except for a throwaway group's last member, which deletes it.
 func (s *sub) Close() error {
