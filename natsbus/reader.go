@@ -275,19 +275,32 @@ func (s *sub) pump(r *reader) {
 		var err error
 		switch {
 		case cur == nil:
-			cur, err = s.fetch(r)
+			// A request that could not be sent (the connection is away)
+			// pulled nothing, and lost nothing: the pump asks again
+			// after a pause, or once the connection is back.
+			if cur, err = s.fetch(r); err != nil && !s.c.nc.IsClosed() {
+				failures++
+				if !s.pause(r, failures, reconnected) {
+					return
+				}
+				continue
+			}
 		case next == nil && cur.served() && len(cur.msgs)+s.pullSize() <= n:
-			next, err = s.fetch(r)
+			next, _ = s.fetch(r) // not sent: asked for again with the next message, or when cur ends
 		}
 		var msg jetstream.Msg
 		if err == nil {
 			var ok bool
 			select {
 			case msg, ok = <-cur.msgs:
-			case <-reconnected:
-				cur.end()
-				next.end()
-				continue
+			default:
+				select { // wait for the next message, or a reconnect
+				case msg, ok = <-cur.msgs:
+				case <-reconnected:
+					cur.end()
+					next.end()
+					continue
+				}
 			}
 			if !ok {
 				err = cur.batch.Error()
@@ -357,11 +370,22 @@ func (s *sub) pump(r *reader) {
 		}
 		// Not terminal: pull again after a pause.
 		failures++
-		select {
-		case <-time.After(min(time.Duration(failures)*250*time.Millisecond, 5*time.Second)):
-		case <-r.stop:
+		if !s.pause(r, failures, nil) {
 			return
 		}
+	}
+}
+
+// pause waits a little longer after each of failures in a row, up to 5
+// seconds, or until reconnected; false when r stopped meanwhile.
+func (s *sub) pause(r *reader, failures int, reconnected <-chan nats.Status) bool {
+	select {
+	case <-time.After(min(time.Duration(failures)*250*time.Millisecond, 5*time.Second)):
+		return true
+	case <-reconnected:
+		return true
+	case <-r.stop:
+		return false
 	}
 }
 
