@@ -27,7 +27,7 @@ type reader struct {
 	lane    string
 	consMu  sync.Mutex // guards cons, replaced by the pump when it is created again
 	cons    jetstream.Consumer
-	ctx     context.Context // the pulls'; cancelled by halt
+	ctx     context.Context // the pulls'; cancelled by halt without drain, and as the pump returns
 	cancel  context.CancelFunc
 	stopped atomic.Bool
 	drain   atomic.Bool // halted with drain: set before stop is closed
@@ -252,6 +252,7 @@ func (s *sub) startPump(r *reader) {
 func (s *sub) pump(r *reader) {
 	defer s.wg.Done()
 	defer close(r.done)
+	defer r.cancel()
 	var cur, next *pull
 	defer func() {
 		cur.end()
@@ -267,8 +268,8 @@ func (s *sub) pump(r *reader) {
 	for {
 		if r.stopped.Load() {
 			if r.drain.Load() {
-				nakAll(cur)
-				nakAll(next)
+				handBack(cur)
+				handBack(next)
 			}
 			return
 		}
@@ -294,11 +295,13 @@ func (s *sub) pump(r *reader) {
 			select {
 			case msg, ok = <-cur.msgs:
 			default:
-				select { // wait for the next message, or a reconnect
+				select { // wait for the next message, a reconnect or halt
 				case msg, ok = <-cur.msgs:
 				case <-reconnected:
 					cur.end()
 					next.end()
+					continue
+				case <-r.stop:
 					continue
 				}
 			}
@@ -400,13 +403,33 @@ func (s *sub) endedQuietly(r *reader, err error) bool {
 		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && r.ctx.Err() == nil
 }
 
-// nakAll hands back what p still buffers; p's request has ended (halt).
-func nakAll(p *pull) {
+// drainQuiet is how long a pull being handed back gets nothing before
+// the pump ends it: what the server sent it before is in by then.
+const drainQuiet = 100 * time.Millisecond
+
+// handBack hands back with Nak what p buffers and what its request still
+// gets until it is served or quiet for drainQuiet, when the pump ends it.
+// Ending it at once would drop what the server sent it and nats.go's
+// goroutine did not pass on yet: the server would send it again only
+// after ack_wait. What the server sends just as the request ends is still
+// lost on the way (as with a subscription drained).
+func handBack(p *pull) {
 	if p == nil {
 		return
 	}
-	for m := range p.msgs {
-		_ = m.Nak()
+	quiet := time.NewTimer(drainQuiet)
+	defer quiet.Stop()
+	for {
+		select {
+		case m, ok := <-p.msgs:
+			if !ok {
+				return
+			}
+			_ = m.Nak()
+			quiet.Reset(drainQuiet)
+		case <-quiet.C:
+			p.end()
+		}
 	}
 }
 
@@ -466,14 +489,17 @@ func (s *sub) reopen(r *reader, cause error) (notice, err error) {
 	return fmt.Errorf("natsbus: receive %q lane %s: consumer %q: %v: %w", s.topic, r.lane, s.consumerName(r.lane), cause, errReopened), nil
 }
 
-// halt stops r: its pulls end, and the pump returns. With drain, the
-// pump first hands back (Nak) what the pulls buffer; without, it is
-// dropped.
+// halt stops r, and the pump returns. Without drain, r's pulls end at
+// once, and what they buffer is dropped; with drain, the pump first
+// hands back (Nak) what they buffer and get until they are served or
+// quiet (see handBack).
 func (r *reader) halt(drain bool) {
 	if !r.stopped.CompareAndSwap(false, true) {
 		return
 	}
 	r.drain.Store(drain)
 	close(r.stop)
-	r.cancel()
+	if !drain {
+		r.cancel()
+	}
 }
