@@ -385,12 +385,11 @@
 // member holds at most:
 //
 //   - per lane it reads (one unpartitioned; up to N partitioned), what its
-//     pulls buffer: MaxInFlight messages, in two pull requests (nats.go's
-//     Fetch) of MaxInFlight/2 messages (rounded up) and at most
-//     max(MaxInFlightBytes/2, max_payload + 4 KiB) bytes each (a request
-//     never asks for less than the largest message, which would stall
-//     it), the second asked for once the server sent all of the first
-//     (the server shares messages among waiting requests in turns);
+//     pull buffers: a pull request (nats.go's Fetch) of MaxInFlight
+//     messages and at most max(MaxInFlightBytes, max_payload + 4 KiB)
+//     bytes (a request never asks for less than the largest message,
+//     which would stall it), the next asked for once the member took the
+//     last message of the one before;
 //   - its inbox, between the pumps and Receive: 64 messages;
 //   - Receive's carry, taken from the inbox and not fitting the engine's
 //     room yet: fewer than MaxInFlight messages.
@@ -459,8 +458,8 @@
 // Everything is safe for concurrent use. Each client holds one NATS
 // connection; each group member adds a pump goroutine per lane it reads
 // (its pulls' messages into the member's inbox, a bounded queue that
-// Receive empties in batches, with nats.go's goroutine of each of the
-// lane's one or two pull requests) and a keeper goroutine (in-progress
+// Receive empties in batches, with nats.go's goroutine of the lane's
+// pull request) and a keeper goroutine (in-progress
 // signals, and the group's positions). In partitioned mode a member also
 // runs a watcher (the lease bucket's keys; it creates a deleted lease
 // bucket again and watches the new one), a refresher (heartbeat and

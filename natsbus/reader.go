@@ -1,7 +1,7 @@
 package natsbus
 
 // Readers: one per lane the member reads, and the pump goroutine that
-// pulls the lane's consumer (Fetch requests, two at most), moves what it
+// pulls the lane's consumer (Fetch requests, one at a time), moves what it
 // pulls into the inbox, pulls again after an error and re-creates a
 // consumer deleted behind the group's back. reader.consMu guards the
 // consumer; sub.mu guards what a reader remembers of the sequences it
@@ -191,15 +191,19 @@ func (p *pull) end() {
 	}
 }
 
-// pullSize is how many messages a pull of s asks for: half of the
-// engine's MaxInFlight, so that the two pulls a reader has at most (the
-// one the pump empties, the next one already asked for) buffer no more
-// than MaxInFlight messages.
-func (s *sub) pullSize() int { return (max(1, s.opts.MaxInFlight) + 1) / 2 }
+// pullSize is how many messages a pull of s asks for: the engine's
+// MaxInFlight. The next pull is asked for only once the pump took the
+// last message of the one before (see pump), so a reader buffers no more
+// than MaxInFlight messages. Measured with BenchmarkConsume, one pull of
+// MaxInFlight at a time kept omnibus/raw where the Messages iterator had
+// it, while two of MaxInFlight/2 (the next asked for once the server
+// sent all of the one before) cost 5-10 %: twice the requests, each a
+// subscription and a goroutine of nats.go's.
+func (s *sub) pullSize() int { return max(1, s.opts.MaxInFlight) }
 
 // fetch asks r's consumer for the next pullSize messages, and for at most
-// half of MaxInFlightBytes (never less than the largest message the
-// server accepts, which would stall the pull). A pinned partition
+// MaxInFlightBytes (never less than the largest message the server
+// accepts, which would stall the pull). A pinned partition
 // consumer is pulled in its priority group.
 //
 // The request's context ends it early (halt, or the pump giving it up):
@@ -211,7 +215,7 @@ func (s *sub) fetch(r *reader) (*pull, error) {
 	n := s.pullSize()
 	opts := []jetstream.FetchOpt{jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(pullHeartbeat)}
 	if b := s.opts.MaxInFlightBytes; b > 0 {
-		opts = append(opts, jetstream.FetchMaxBytes(max(b/2, int(s.c.nc.MaxPayload())+4096)))
+		opts = append(opts, jetstream.FetchMaxBytes(max(b, int(s.c.nc.MaxPayload())+4096)))
 	}
 	if pinned(cons.CachedInfo()) {
 		opts = append(opts, jetstream.FetchPriorityGroup(pinGroup))
@@ -240,12 +244,13 @@ func (s *sub) startPump(r *reader) {
 }
 
 // pump moves messages from r's pulls to the inbox until r stops, holding
-// each from the moment it is pulled. It keeps at most two pulls: the one
-// it empties and, once the server served all of that one, the next, so
-// that the pump never waits a round trip between two pulls. The next is
-// asked for only then because the server shares its messages among a
-// consumer's waiting requests in turns: two requests served at once would
-// interleave the lane's messages between two buffers, out of order.
+// each from the moment it is pulled. It asks for the next pull as it
+// takes the last message of the one before (the server sent it all, and
+// it buffers nothing more), so that the request travels while the pump
+// hands that message on. Never sooner: besides MaxInFlight, the server
+// shares its messages among a consumer's waiting requests in turns, and
+// two requests served at once would interleave the lane's messages
+// between two buffers, out of order.
 // Once r stops, the pump hands back with Nak what its pulls still buffer
 // when halted with drain (a member leaving an unpartitioned group), and
 // drops it otherwise (the partition's next owner resets its consumer).
