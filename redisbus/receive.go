@@ -134,6 +134,11 @@ func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	for _, d := range ds {
 		l := d.Token.(*lane)
 		if !l.gone.Load() {
+			if byLane[l] == nil {
+				// Room for all: unpartitioned, they are all of one lane
+				// (growing the list was a third of Ack's time).
+				byLane[l] = make([]string, 0, len(ds))
+			}
 			byLane[l] = append(byLane[l], d.Position)
 			if d.Attempt > 1 {
 				count(l, d.Position)
