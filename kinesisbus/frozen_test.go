@@ -129,37 +129,8 @@ func testFrozen(t *testing.T, members int, freezeDDB, freezeKin, thawAtLoss bool
 		return n
 	}
 
-	// Keyed records all along: 8 keys every 50ms, each key's bodies
-	// counting up.
-	var ids []string
-	var idsMu sync.Mutex
-	pubCtx, stopPublishing := context.WithCancel(context.Background())
-	published := make(chan struct{})
-	go func() {
-		defer close(published)
-		for n := 0; pubCtx.Err() == nil; n++ {
-			ms := make([]*omnibus.Message, 8)
-			for i := range ms {
-				ms[i] = &omnibus.Message{Key: "k" + strconv.Itoa(i), Body: []byte(strconv.Itoa(n))}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := pub.Publish(ctx, stream, ms...)
-			cancel()
-			if err != nil {
-				t.Errorf("Publish: %v", err)
-				return
-			}
-			idsMu.Lock()
-			for _, m := range ms {
-				ids = append(ids, m.ID)
-			}
-			idsMu.Unlock()
-			select {
-			case <-pubCtx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
+	// Keyed records all along: 8 keys every 50ms.
+	stopPublishing := publishKeyed(t, pub, stream, 8)
 	defer stopPublishing()
 
 	transporttest.Eventually(t, 30*time.Second, func() bool { return held() == shards },
@@ -188,11 +159,7 @@ func testFrozen(t *testing.T, members int, freezeDDB, freezeKin, thawAtLoss bool
 			return fmt.Sprintf("after the thaw: lanes per member %v, want %d in all", holders(ks), shards)
 		})
 	time.Sleep(time.Second)
-	stopPublishing()
-	<-published
-	idsMu.Lock()
-	want := slices.Clone(ids)
-	idsMu.Unlock()
+	want := stopPublishing()
 	firstTimes := func() map[string]time.Time {
 		mu.Lock()
 		defer mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -311,5 +312,48 @@ func (p *proxy) Cut() {
 	_ = p.ln.Close()
 	for _, c := range p.conns {
 		_ = c.Close()
+	}
+}
+
+// publishKeyed publishes on stream, every 50ms until stopped, one
+// message of each of keys keys ("k0", "k1", ...), whose bodies count up.
+// Stopping it waits for the publisher and returns the IDs it published;
+// a failed publish fails t. Calling it again returns nil.
+func publishKeyed(t *testing.T, pub *omnibus.Client, stream string, keys int) (stop func() []string) {
+	t.Helper()
+	var ids []string
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for n := 0; ctx.Err() == nil; n++ {
+			ms := make([]*omnibus.Message, keys)
+			for i := range ms {
+				ms[i] = &omnibus.Message{Key: "k" + strconv.Itoa(i), Body: []byte(strconv.Itoa(n))}
+			}
+			pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := pub.Publish(pctx, stream, ms...)
+			pcancel()
+			if err != nil {
+				t.Errorf("Publish: %v", err)
+				return
+			}
+			for _, m := range ms {
+				ids = append(ids, m.ID)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	return func() (out []string) {
+		once.Do(func() {
+			cancel()
+			<-done
+			out = ids
+		})
+		return out
 	}
 }

@@ -68,35 +68,7 @@ func TestStalledHolderStopsBeforeTakeover(t *testing.T) {
 	}
 
 	// Keyed records all along: 16 keys every 50ms.
-	var ids []string
-	var idsMu sync.Mutex
-	pubCtx, stopPublishing := context.WithCancel(context.Background())
-	published := make(chan struct{})
-	go func() {
-		defer close(published)
-		for n := 0; pubCtx.Err() == nil; n++ {
-			ms := make([]*omnibus.Message, 16)
-			for i := range ms {
-				ms[i] = &omnibus.Message{Key: "k" + strconv.Itoa(i), Body: []byte(strconv.Itoa(n))}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := pub.Publish(ctx, stream, ms...)
-			cancel()
-			if err != nil {
-				t.Errorf("Publish: %v", err)
-				return
-			}
-			idsMu.Lock()
-			for _, m := range ms {
-				ids = append(ids, m.ID)
-			}
-			idsMu.Unlock()
-			select {
-			case <-pubCtx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
+	stopPublishing := publishKeyed(t, pub, stream, 16)
 	defer stopPublishing()
 
 	transporttest.Eventually(t, 30*time.Second, func() bool {
@@ -166,11 +138,7 @@ func TestStalledHolderStopsBeforeTakeover(t *testing.T) {
 	// handles everything published.
 	ddb.Cut()
 	stops[1]()
-	stopPublishing()
-	<-published
-	idsMu.Lock()
-	want := slices.Clone(ids)
-	idsMu.Unlock()
+	want := stopPublishing()
 	handled := func() map[string][]handling {
 		mu.Lock()
 		defer mu.Unlock()
