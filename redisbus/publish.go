@@ -45,12 +45,28 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	}
 	// WAIT waits for the writes of its own connection: with replicas to
 	// wait for, the batch goes on a connection held for both.
+	//
+	// On a partitioned topic the batch is one transaction (MULTI/EXEC),
+	// all of it stored or none: in a plain pipeline the server may refuse
+	// the first commands and run the next ones (LOADING until a restarted
+	// server has read its data, BUSY while a script runs), and the
+	// messages published again would land behind newer ones of their key.
 	var cn *redis.Conn
-	pipe := c.rdb.Pipeline()
-	if replicas > 0 {
+	var pipe redis.Pipeliner
+	switch {
+	case replicas > 0 && parts > 0:
 		cn = c.rdb.Conn()
-		defer cn.Close()
+		pipe = cn.TxPipeline()
+	case replicas > 0:
+		cn = c.rdb.Conn()
 		pipe = cn.Pipeline()
+	case parts > 0:
+		pipe = c.rdb.TxPipeline()
+	default:
+		pipe = c.rdb.Pipeline()
+	}
+	if cn != nil {
+		defer cn.Close()
 	}
 	errs := make([]error, len(msgs))
 	cmds := make([]*redis.Cmd, len(msgs))
@@ -79,10 +95,14 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 			waitErr = fmt.Errorf("WAIT: %d of %d replicas have the message after %v (it is on the primary)", n, replicas, c.cfg.waitTO)
 		}
 	}
+	aborted := abortCause(cmds)
 	failed := 0
 	for i, cmd := range cmds {
 		if cmd != nil {
 			if err := cmd.Err(); err != nil {
+				if aborted != nil && redis.HasErrorPrefix(err, "EXECABORT") {
+					err = fmt.Errorf("the batch's transaction was discarded: %w", aborted)
+				}
 				errs[i] = classify(err)
 			} else {
 				errs[i] = waitErr
@@ -164,4 +184,29 @@ func (c *conn) trim(ctx context.Context, streams map[string]bool) {
 			c.log.Warn("trim failed", "stream", stream, "err", err)
 		}
 	}
+}
+
+// abortCause returns why a batch's transaction was discarded: the first
+// error the server gave a command of it as it queued it (LOADING, BUSY),
+// which every command of the batch then shares; nil when none was
+// discarded.
+func abortCause(cmds []*redis.Cmd) error {
+	aborted := false
+	var cause error
+	for _, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
+		switch err := cmd.Err(); {
+		case err == nil:
+		case redis.HasErrorPrefix(err, "EXECABORT"):
+			aborted = true
+		case cause == nil:
+			cause = err
+		}
+	}
+	if !aborted {
+		return nil
+	}
+	return cause
 }
