@@ -267,7 +267,14 @@
 // when no connection could be made, or the server answered LOADING,
 // BUSY or TRYAGAIN), so omnibus.Publish publishes the messages again
 // with the same IDs; Redis keeps no window of IDs, so an entry that had
-// landed is then stored twice.
+// landed is then stored twice. A batch of Publish is one pipeline of
+// XADDs; on a partitioned topic, one transaction (MULTI/EXEC), stored
+// whole or not at all, since in a pipeline the server may refuse the
+// first commands (LOADING while a restarted server reads its data) and
+// run the next, and the messages published again would land behind newer
+// ones of their key (TestRestart saw it). The transaction costs nothing
+// measurable (omnibus bench on 4 partitions, 2 alternated runs: 72-77 k
+// msgs/s without, 78-81 k with).
 // A member that leaves tries those a last time; when that fails too,
 // Close (and so Consumer.Shutdown) says how many settled entries go
 // back to the group, to be delivered again. A
