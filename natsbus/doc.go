@@ -371,8 +371,9 @@
 // A member that leaves an unpartitioned group (Close, after the engine's
 // drain in Shutdown) hands back at once, with Nak, everything it pulled
 // and the engine did not settle: what the engine abandoned, what waits in
-// its inbox and carry, and what its pulls still buffer; the group's other members get it now, not after ack_wait. A
-// partitioned member releases its leases instead, and the next owner
+// its inbox and carry, and what its pulls still buffer; the group's
+// other members get it now, not after ack_wait. A partitioned member
+// releases its leases instead, and the next owner
 // resets the consumer (see above). One race is left: a pull response the
 // server sends as the member unsubscribes is lost on the way, and the
 // server, which counts it delivered, sends it again after ack_wait. A server before 2.11 can send a
