@@ -29,8 +29,9 @@ type reader struct {
 	cons    jetstream.Consumer
 	ctx     context.Context // the pulls'; cancelled by halt without drain, and as the pump returns
 	cancel  context.CancelFunc
+	halting sync.Once
 	stopped atomic.Bool
-	drain   atomic.Bool // halted with drain: set before stop is closed
+	drain   atomic.Bool // halted with drain: set before stopped, so that a pump that sees r stopped knows how
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -500,12 +501,12 @@ func (s *sub) reopen(r *reader, cause error) (notice, err error) {
 // hands back (Nak) what they buffer and get until they are served or
 // quiet (see handBack).
 func (r *reader) halt(drain bool) {
-	if !r.stopped.CompareAndSwap(false, true) {
-		return
-	}
-	r.drain.Store(drain)
-	close(r.stop)
-	if !drain {
-		r.cancel()
-	}
+	r.halting.Do(func() {
+		r.drain.Store(drain)
+		r.stopped.Store(true)
+		close(r.stop)
+		if !drain {
+			r.cancel()
+		}
+	})
 }
