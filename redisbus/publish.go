@@ -52,21 +52,18 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	// server has read its data, BUSY while a script runs), and the
 	// messages published again would land behind newer ones of their key.
 	var cn *redis.Conn
-	var pipe redis.Pipeliner
-	switch {
-	case replicas > 0 && parts > 0:
+	var on interface {
+		Pipeline() redis.Pipeliner
+		TxPipeline() redis.Pipeliner
+	} = c.rdb
+	if replicas > 0 {
 		cn = c.rdb.Conn()
-		pipe = cn.TxPipeline()
-	case replicas > 0:
-		cn = c.rdb.Conn()
-		pipe = cn.Pipeline()
-	case parts > 0:
-		pipe = c.rdb.TxPipeline()
-	default:
-		pipe = c.rdb.Pipeline()
-	}
-	if cn != nil {
 		defer cn.Close()
+		on = cn
+	}
+	pipe := on.Pipeline()
+	if parts > 0 {
+		pipe = on.TxPipeline()
 	}
 	errs := make([]error, len(msgs))
 	cmds := make([]*redis.Cmd, len(msgs))
