@@ -41,6 +41,10 @@
 //	max_message_bytes    783360             the largest message Publish sends (larger ones
 //	                                        fail with ErrTooLarge): what any body fits in
 //	                                        a 1 MiB record, base64 included, or less
+//	request_timeout      30s                apiCallAttemptTimeout: the most one call to
+//	                                        Kinesis or DynamoDB takes, whatever its
+//	                                        context (a member's own calls have tighter
+//	                                        bounds, from failover_time)
 //
 // The portable layer reads durability for every transport; Kinesis has
 // no acknowledgement levels, so every level waits for PutRecords' answer
@@ -155,7 +159,10 @@
 // suspended VM) stops when it wakes, but a handler it was running then
 // finishes, maybe while the next holder handles the same records.
 //
-// Every call a member makes is bounded, as the HTTP client bounds none:
+// Every call ends within request_timeout, whatever its context: a
+// Publish whose PutRecords is cut short fails as of unknown outcome and
+// omnibus publishes its records again (a record may then be stored
+// twice). Every call a member makes has a tighter bound:
 // a write of a lease (a take, a renewal, a checkpoint, a release) and
 // the read that checks a refused one by failover_time / 4, every other
 // call (a page of the lease table's scan or of the shards' listing, the

@@ -301,3 +301,69 @@ func membersGoroutines() string {
 	}
 	return strings.Join(out, "\n\n")
 }
+
+// TestFrozenPublish: a Publish whose context has no deadline, on a
+// connection to Kinesis that stops answering for good (the proxy's
+// freeze), must not wait for ever: each call is cut short after
+// request_timeout, its records fail as of unknown outcome, and omnibus
+// publishes them again on a new connection, which is answered once the
+// proxy forwards again. Every message lands; one may land twice (a call
+// cut short may have been stored), never zero times.
+func TestFrozenPublish(t *testing.T) {
+	need(t)
+	kinP := newProxy(t, kinesisAddr)
+	pub := open(t, kinesisURL(kinP.Addr(), dynamoAddr, "request_timeout=1s"))
+	stream := testPrefix + "frozenpub-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	if err := pub.CreateTopic(ctxT(t), stream, 1); err != nil {
+		t.Fatalf("CreateTopic: %v", err)
+	}
+	if err := pub.Publish(ctxT(t), stream, &omnibus.Message{ID: "before", Body: []byte("x")}); err != nil {
+		t.Fatalf("Publish before the freeze: %v", err)
+	}
+
+	kinP.Freeze()
+	done := make(chan error, 1)
+	go func() {
+		done <- pub.Publish(context.Background(), stream, &omnibus.Message{ID: "frozen", Body: []byte("x")})
+	}()
+	time.Sleep(3 * time.Second)
+	select {
+	case err := <-done:
+		t.Fatalf("Publish returned while Kinesis answered nothing: %v", err)
+	default:
+	}
+	kinP.Thaw()
+	thawed := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Publish after the thaw: %v", err)
+		}
+		t.Logf("Publish returned %v after the thaw", time.Since(thawed).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Publish still waiting 10s after Kinesis answered again (the call on the frozen connection was never cut short)")
+	}
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	k, err := open(t, testURL("")).Subscribe(ctxT(t), stream, func(_ context.Context, m *omnibus.Message) error {
+		mu.Lock()
+		seen[m.ID]++
+		mu.Unlock()
+		return nil
+	}, omnibus.Group("frozenpub"), omnibus.StartFrom(omnibus.StartEarliest))
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	t.Cleanup(func() { _ = k.Close() })
+	run(t, k)
+	transporttest.Eventually(t, 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen["before"] > 0 && seen["frozen"] > 0
+	}, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("handled %v, want before and frozen", seen)
+	})
+}

@@ -244,23 +244,30 @@ func (p *proxy) serve() {
 
 // pipe copies from src to dst, holding what it read while the proxy is
 // paused or frozen (for good when client, the client's side of the
-// connection, was frozen), and closes dst when src ends.
+// connection, was frozen), and closes dst when src ends. A connection
+// frozen for good stays silent to the end, its close included: the
+// server's closing an idle connection (node's keep-alive timeout, 5s)
+// must not reach a client whose path to the server is lost.
 func (p *proxy) pipe(dst, src, client net.Conn) {
 	defer func() { _ = dst.Close() }()
+	hold := func() {
+		p.mu.Lock()
+		for (p.paused || p.frozen || p.dead[client]) && !p.cut {
+			p.resumed.Wait()
+		}
+		p.mu.Unlock()
+	}
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			p.mu.Lock()
-			for (p.paused || p.frozen || p.dead[client]) && !p.cut {
-				p.resumed.Wait()
-			}
-			p.mu.Unlock()
+			hold()
 			if _, err := dst.Write(buf[:n]); err != nil {
 				return
 			}
 		}
 		if err != nil {
+			hold()
 			return
 		}
 	}

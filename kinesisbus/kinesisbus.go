@@ -48,10 +48,15 @@ func (Driver) Open(ctx context.Context, u *url.URL, opts driver.OpenOptions) (dr
 		return nil, err
 	}
 	// One HTTP transport for both clients, whose idle connections Close
-	// closes: their goroutines end with the connection.
+	// closes: their goroutines end with the connection. Each call ends
+	// within request_timeout whatever its context: a call on a connection
+	// that stops answering would otherwise wait for ever when the context
+	// has no deadline (a Publish with context.Background()). A call
+	// cut short has an unknown outcome, and omnibus publishes its records
+	// again, on a new connection.
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
-	awsCfg.HTTPClient = &http.Client{Transport: tr}
+	awsCfg.HTTPClient = &http.Client{Transport: tr, Timeout: cfg.requestTimeout}
 	c := &conn{
 		cfg:    cfg,
 		logger: opts.Logger,

@@ -28,6 +28,7 @@ const (
 	DefaultShardSyncInterval = time.Minute
 	DefaultPollInterval      = time.Second
 	DefaultMaxRecords        = 10000
+	DefaultRequestTimeout    = 30 * time.Second
 	DefaultDLQSuffix         = ".dlq"
 )
 
@@ -44,7 +45,7 @@ var params = []string{
 	"endpoint", "dynamodb_endpoint", "profile",
 	"lease_table", "failover_time", "shard_sync_interval",
 	"poll_interval", "max_records", "create_streams", "shards",
-	"max_message_bytes",
+	"max_message_bytes", "request_timeout",
 }
 
 // config is a parsed URL.
@@ -65,6 +66,7 @@ type config struct {
 	createStreams  string
 	shards         int32
 	maxBytes       int // Capabilities' MaxMessageBytes
+	requestTimeout time.Duration
 }
 
 func invalid(u *url.URL, format string, args ...any) error {
@@ -103,6 +105,8 @@ func parseURL(u *url.URL) (*config, error) {
 		createStreams: CreateDLQ,
 		shards:        1,
 		maxBytes:      maxMessageBytes,
+
+		requestTimeout: DefaultRequestTimeout,
 	}
 	if u.User != nil {
 		c.accessKey = u.User.Username()
@@ -155,6 +159,7 @@ func parseURL(u *url.URL) (*config, error) {
 		{"failover_time", &c.failover, 300 * time.Millisecond},
 		{"shard_sync_interval", &c.shardSync, 100 * time.Millisecond},
 		{"poll_interval", &c.pollInterval, time.Millisecond},
+		{"request_timeout", &c.requestTimeout, 100 * time.Millisecond},
 	} {
 		v, ok := get(d.name)
 		if !ok {

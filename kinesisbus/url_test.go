@@ -19,6 +19,7 @@ func TestBadURLs(t *testing.T) {
 		"kinesis://AKID:" + secret + "@us-east-1?failover_time=10",
 		"kinesis://AKID:" + secret + "@us-east-1?failover_time=1ms",
 		"kinesis://AKID:" + secret + "@us-east-1?max_records=20000",
+		"kinesis://AKID:" + secret + "@us-east-1?request_timeout=1ms",
 		"kinesis://AKID:" + secret + "@us-east-1?create_streams=some",
 		"kinesis://AKID:" + secret + "@us-east-1?max_message_bytes=1048576",
 		"kinesis://AKID:" + secret + "@us-east-1?max_message_bytes=0",
