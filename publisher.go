@@ -320,7 +320,7 @@ func (p *Publisher) enqueue(ctx context.Context, topic, key string, o *outgoing)
 	} else {
 		q = qs[maphash.String(p.seed, key)%uint64(len(qs))]
 	}
-	q.push(o, p.cfg.count)
+	q.push(o, p.cfg.count, p.cfg.bytes)
 	p.msgs++
 	p.size += size
 	p.kickLocked(q)
@@ -375,7 +375,7 @@ func (p *Publisher) send(q *pubQueue) {
 			p.mu.Unlock()
 			return
 		}
-		batch, bytes := q.take(p.cfg.count, p.cfg.bytes)
+		batch, bytes := q.take()
 		p.mu.Unlock()
 		if queuer != nil && p.queue(queuer, q.topic, batch, bytes) {
 			continue

@@ -23,7 +23,7 @@ func TestPubQueueKeepsOrderAndBounds(t *testing.T) {
 					o.size = most + 1
 				}
 				o.msg.ID = strconv.Itoa(pushed)
-				q.push(&o, count)
+				q.push(&o, count, most)
 				pushed++
 			}
 			continue
@@ -31,7 +31,7 @@ func TestPubQueueKeepsOrderAndBounds(t *testing.T) {
 		if q.n == 0 {
 			continue
 		}
-		batch, bytes := q.take(count, most)
+		batch, bytes := q.take()
 		batches++
 		sum := 0
 		for _, o := range batch {
@@ -45,8 +45,8 @@ func TestPubQueueKeepsOrderAndBounds(t *testing.T) {
 			t.Fatalf("batch of %d, %d bytes (reported %d): out of bounds", len(batch), sum, bytes)
 		}
 		held := 0
-		for _, c := range q.chunks {
-			held += len(c)
+		for _, b := range q.batches {
+			held += len(b.msgs)
 		}
 		if held != q.n {
 			t.Fatalf("queue counts %d, holds %d", q.n, held)
@@ -55,8 +55,8 @@ func TestPubQueueKeepsOrderAndBounds(t *testing.T) {
 	if taken != pushed {
 		t.Fatalf("took %d of %d", taken, pushed)
 	}
-	if len(q.chunks) > 1 || len(q.chunks) == 1 && cap(q.chunks[0]) > chunkKept {
-		t.Fatalf("an empty queue holds %d chunks (the first of capacity %d)", len(q.chunks), cap(q.chunks[0]))
+	if len(q.batches) > 1 || len(q.batches) == 1 && cap(q.batches[0].msgs) > chunkKept {
+		t.Fatalf("an empty queue holds %d batches (the first of capacity %d)", len(q.batches), cap(q.batches[0].msgs))
 	}
 	t.Logf("%d messages in %d batches", taken, batches)
 }
