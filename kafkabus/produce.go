@@ -34,15 +34,30 @@ const (
 
 // record turns m into a Kafka record of topic.
 func record(topic string, m *driver.Message) *kgo.Record {
-	return &records(topic, []*driver.Message{m})[0]
+	var s recordSet
+	return &s.fill(topic, []*driver.Message{m})[0]
 }
 
-// records turns msgs into Kafka records of topic. The records, their
-// headers, and the bytes of every header value and key are three
-// allocations for the whole batch: a record at a time was four a
-// message. A value appended after a buffer grew stays where it was
-// written.
-func records(topic string, msgs []*driver.Message) []kgo.Record {
+// recordSet holds the records of a batch, their headers, and the bytes
+// of every header value and key: three arrays for the whole batch (a
+// record at a time was four allocations a message). A producing batch
+// takes one from recordSets and gives it back once every record has its
+// outcome (franz-go is done with a record when it calls its promise),
+// so a publisher ahead of Kafka allocates no record memory in the
+// steady state: it was ~520 B a message, a quarter of what an async
+// publish allocated.
+type recordSet struct {
+	rs  []kgo.Record
+	hs  []kgo.RecordHeader
+	buf []byte
+}
+
+var recordSets = sync.Pool{New: func() any { return new(recordSet) }}
+
+// fill turns msgs into Kafka records of topic, in s's arrays (grown as
+// needed), and returns them. A value appended after a buffer grew stays
+// where it was written.
+func (s *recordSet) fill(topic string, msgs []*driver.Message) []kgo.Record {
 	nh, nb := 0, 0
 	for _, m := range msgs {
 		nh += 7 + len(m.Headers)
@@ -51,9 +66,16 @@ func records(topic string, msgs []*driver.Message) []kgo.Record {
 			nb += len(v)
 		}
 	}
-	rs := make([]kgo.Record, len(msgs))
-	hs := make([]kgo.RecordHeader, 0, nh)
-	buf := make([]byte, 0, nb)
+	if cap(s.rs) < len(msgs) {
+		s.rs = make([]kgo.Record, len(msgs))
+	}
+	if cap(s.hs) < nh {
+		s.hs = make([]kgo.RecordHeader, 0, nh)
+	}
+	if cap(s.buf) < nb {
+		s.buf = make([]byte, 0, nb)
+	}
+	rs, hs, buf := s.rs[:len(msgs)], s.hs[:0], s.buf[:0]
 	for i, m := range msgs {
 		first := len(hs)
 		driver.KafkaBinding.Encode(m, func(name, value string) {
@@ -66,8 +88,8 @@ func records(topic string, msgs []*driver.Message) []kgo.Record {
 		// from it, so a message re-published long after its Time (a dead
 		// letter, an outbox relay) is neither expired at once nor timed
 		// out. Time travels in ce_time.
+		rs[i] = kgo.Record{Topic: topic, Value: m.Body, Headers: hs[first:len(hs):len(hs)]}
 		r := &rs[i]
-		r.Topic, r.Value, r.Headers = topic, m.Body, hs[first:len(hs):len(hs)]
 		if m.Key != "" {
 			at := len(buf)
 			buf = append(buf, m.Key...)
@@ -77,7 +99,15 @@ func records(topic string, msgs []*driver.Message) []kgo.Record {
 			r.Value = []byte{} // an empty body, not a tombstone
 		}
 	}
+	s.rs, s.hs, s.buf = rs, hs, buf
 	return rs
+}
+
+// release forgets the messages' bodies and gives s back to recordSets.
+func (s *recordSet) release() {
+	clear(s.rs)
+	clear(s.hs)
+	recordSets.Put(s)
 }
 
 // Publish implements driver.Conn. The batch is produced at once and
@@ -132,11 +162,12 @@ func (c *conn) Queue(ctx context.Context, topic string, msgs []*driver.Message, 
 	if err != nil {
 		return fmt.Errorf("kafkabus: publish %q: %w", topic, err)
 	}
-	b := &queued{c: c, topic: topic, msgs: msgs, done: done}
+	b := &queued{c: c, topic: topic, msgs: msgs, done: done, set: recordSets.Get().(*recordSet)}
 	b.left.Store(int64(len(msgs)))
-	rs := records(topic, msgs)
+	rs := b.set.fill(topic, msgs)
+	promise := b.promise // one closure for the batch, not one a record
 	for i := range rs {
-		p.Produce(ctx, &rs[i], func(_ *kgo.Record, err error) { b.settle(i, err) })
+		p.Produce(ctx, &rs[i], promise)
 	}
 	return nil
 }
@@ -149,9 +180,25 @@ type queued struct {
 	topic string
 	msgs  []*driver.Message
 	done  func(error)
+	set   *recordSet // the records, given back after done
 	left  atomic.Int64
 	mu    sync.Mutex
 	errs  []error // nil while every record landed
+}
+
+// promise is record r's promise.
+func (b *queued) promise(r *kgo.Record, err error) {
+	i := 0
+	if err != nil {
+		// Only a failure needs the record's place, for its message: a
+		// search, instead of a closure a record that knows it.
+		for i = range b.set.rs {
+			if &b.set.rs[i] == r {
+				break
+			}
+		}
+	}
+	b.settle(i, err)
 }
 
 // settle records the outcome of record i, and reports the batch's after
@@ -182,6 +229,9 @@ func (b *queued) settle(i int, err error) {
 	b.mu.Lock()
 	errs := b.errs
 	b.mu.Unlock()
+	// Every promise has been called: franz-go is done with the records.
+	b.set.release()
+	b.set = nil
 	if errs != nil {
 		b.done(&driver.MessageErrors{Errs: errs})
 		return
