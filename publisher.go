@@ -375,9 +375,9 @@ func (p *Publisher) send(q *pubQueue) {
 			p.mu.Unlock()
 			return
 		}
-		batch, bytes := q.take()
+		batch, bytes, own := q.take()
 		p.mu.Unlock()
-		if queuer != nil && p.queue(queuer, q.topic, batch, bytes) {
+		if queuer != nil && p.queue(queuer, q.topic, batch, bytes, own) {
 			continue
 		}
 		p.settle(batch, bytes, p.publish(q.topic, batch))
@@ -398,10 +398,10 @@ func (p *Publisher) publish(topic string, batch []outgoing) []error {
 }
 
 // queue hands batch to queuer and returns at once; a goroutine settles
-// the batch when queuer reports its outcome. false: nothing was queued
-// (the batch is then published the common way, which rides through what
-// kept it out).
-func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []outgoing, bytes int) bool {
+// the batch when queuer reports its outcome, then recycles its array if
+// the batch owns it. false: nothing was queued (the batch is then
+// published the common way, which rides through what kept it out).
+func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []outgoing, bytes int, own bool) bool {
 	send, index, errs := p.sendable(topic, batch)
 	if len(send) == 0 {
 		p.settle(batch, bytes, errs)
@@ -417,6 +417,9 @@ func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []outgoing, 
 			defer p.senders.Done()
 			outcomes(topic, index, errs, err)
 			p.settle(batch, bytes, errs)
+			if own {
+				recycleBatchArray(batch)
+			}
 		}()
 	})
 	if err != nil {

@@ -1,6 +1,9 @@
 package omnibus
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // pubQueue is one share of a Publisher's topic's keys: the messages
 // waiting for a batch, oldest first. Publisher.mu guards it.
@@ -38,6 +41,34 @@ const (
 	chunkKept  = 64
 )
 
+// batchArrays holds arrays of batches that are done with (*[]outgoing,
+// empty and cleared) for the batches opened behind full ones: a
+// publisher ahead of its transport otherwise allocates a batch's array
+// a message, ~180 B. Only arrays a transport has reported done with
+// (driver.Queuer's done) come back: a Publish that returned when its ctx
+// ended may still read its messages.
+var batchArrays sync.Pool
+
+// newBatchArray returns an empty array for at least n messages.
+func newBatchArray(n int) []outgoing {
+	if a, _ := batchArrays.Get().(*[]outgoing); a != nil && cap(*a) >= n {
+		return (*a)[:0]
+	}
+	// Some room over n: the next batch cut by bytes may hold a few more.
+	return make([]outgoing, 0, n+n/8)
+}
+
+// recycleBatchArray gives batch's array, owned by nothing else, to the
+// batches to come.
+func recycleBatchArray(batch []outgoing) {
+	if cap(batch) < chunkKept {
+		return // a trickle's: not worth keeping
+	}
+	clear(batch)
+	batch = batch[:0]
+	batchArrays.Put(&batch)
+}
+
 // push appends o to the open batch, or to a new one when o does not fit
 // in it: count messages and most bytes at most, a message larger than
 // most alone.
@@ -48,7 +79,7 @@ func (q *pubQueue) push(o *outgoing, count, most int) {
 		last = 0
 	}
 	if b := &q.batches[last]; len(b.msgs) > 0 && (len(b.msgs) == count || b.bytes+o.size > most) {
-		q.batches = append(q.batches, pubBatch{msgs: make([]outgoing, 0, len(b.msgs))})
+		q.batches = append(q.batches, pubBatch{msgs: newBatchArray(min(len(b.msgs), count))})
 		last++
 	}
 	b := &q.batches[last]
@@ -61,15 +92,17 @@ func (q *pubQueue) push(o *outgoing, count, most int) {
 	q.bytes += o.size
 }
 
-// take removes the first batch, at least one message, and returns it
-// and its bytes.
-func (q *pubQueue) take() ([]outgoing, int) {
+// take removes the first batch, at least one message, and returns it,
+// its bytes, and whether it owns its array (the queue keeps none of it:
+// it may be recycled once the batch is done with).
+func (q *pubQueue) take() (batch []outgoing, bytes int, own bool) {
 	b := q.batches[0]
-	batch := b.msgs[:len(b.msgs):len(b.msgs)]
+	batch, own = b.msgs, true
 	if len(q.batches) == 1 {
 		// The open batch leaves: the room left in its array, if small,
 		// is the next one's.
 		if rest := b.msgs[len(b.msgs):]; cap(rest) > 0 && cap(rest) <= chunkKept {
+			batch, own = b.msgs[:len(b.msgs):len(b.msgs)], false
 			q.batches[0] = pubBatch{msgs: rest}
 		} else {
 			q.batches = nil
@@ -80,5 +113,5 @@ func (q *pubQueue) take() ([]outgoing, int) {
 	}
 	q.n -= len(batch)
 	q.bytes -= b.bytes
-	return batch, b.bytes
+	return batch, b.bytes, own
 }

@@ -31,7 +31,7 @@ func TestPubQueueKeepsOrderAndBounds(t *testing.T) {
 		if q.n == 0 {
 			continue
 		}
-		batch, bytes := q.take()
+		batch, bytes, _ := q.take()
 		batches++
 		sum := 0
 		for _, o := range batch {
