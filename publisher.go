@@ -381,6 +381,9 @@ func (p *Publisher) send(q *pubQueue) {
 			continue
 		}
 		p.settle(batch, bytes, p.publish(q.topic, batch))
+		// Not recycled: a Publish that returned when its ctx ended may
+		// still read the messages.
+		dropBatch(batch, own, false)
 	}
 }
 
@@ -392,19 +395,21 @@ func (p *Publisher) publish(topic string, batch []outgoing) []error {
 		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.timeout)
 		err := p.c.publishRetrying(ctx, topic, send, driver.PublishOptions{Durability: p.c.durability}, true)
 		cancel()
-		outcomes(topic, index, errs, err)
+		errs = outcomes(topic, len(batch), index, errs, err)
 	}
 	return errs
 }
 
 // queue hands batch to queuer and returns at once; a goroutine settles
 // the batch when queuer reports its outcome, then recycles its array if
-// the batch owns it. false: nothing was queued (the batch is then
-// published the common way, which rides through what kept it out).
+// the batch owns it (queuer is done with it). false: nothing was queued
+// (the batch is then published the common way, which rides through what
+// kept it out).
 func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []outgoing, bytes int, own bool) bool {
 	send, index, errs := p.sendable(topic, batch)
 	if len(send) == 0 {
 		p.settle(batch, bytes, errs)
+		dropBatch(batch, own, true)
 		return true
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.timeout)
@@ -415,11 +420,8 @@ func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []outgoing, 
 		// a result must not hold up the transport's client.
 		go func() {
 			defer p.senders.Done()
-			outcomes(topic, index, errs, err)
-			p.settle(batch, bytes, errs)
-			if own {
-				recycleBatchArray(batch)
-			}
+			p.settle(batch, bytes, outcomes(topic, len(batch), index, errs, err))
+			dropBatch(batch, own, true)
 		}()
 	})
 	if err != nil {
@@ -430,52 +432,83 @@ func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []outgoing, 
 	return true
 }
 
-// sendable returns the messages of batch to send (their positions in
-// batch in index) and the outcomes, already set for the messages whose
-// contexts gave up before the batch left.
+// sendable returns the messages of batch to send, their positions in
+// batch in index, and the outcomes already known: of the messages whose
+// contexts gave up before the batch left. index and errs are nil when
+// every message is sent (the common case: two arrays fewer a batch).
 func (p *Publisher) sendable(topic string, batch []outgoing) (send []*driver.Message, index []int, errs []error) {
 	send = make([]*driver.Message, 0, len(batch))
-	index = make([]int, 0, len(batch))
-	errs = make([]error, len(batch))
 	for i := range batch {
 		o := &batch[i]
 		if err := o.ctx.Err(); err != nil {
+			if errs == nil {
+				errs = make([]error, len(batch))
+				index = make([]int, len(send), len(batch))
+				for j := range index {
+					index[j] = j
+				}
+			}
 			errs[i] = fmt.Errorf("omnibus: publish %q: message %q not sent: %w", topic, o.r.id, err)
 			continue
 		}
 		send = append(send, &o.msg)
-		index = append(index, i)
+		if index != nil {
+			index = append(index, i)
+		}
 	}
 	return send, index, errs
 }
 
-// outcomes sets errs (at index's positions) from the publish's error.
-func outcomes(topic string, index []int, errs []error, err error) {
-	var pe *PublishError
-	switch {
-	case err == nil:
-	case errors.As(err, &pe):
-		for _, f := range pe.Failed {
-			errs[index[f.Index]] = fmt.Errorf("omnibus: publish %q: message %q: %w", topic, f.ID, f.Err)
+// outcomes sets the outcomes of a batch of n messages, errs (nil: none
+// known yet), from the publish's error for the messages sent, at index's
+// positions (nil: every message was), and returns them (nil: all
+// landed).
+func outcomes(topic string, n int, index []int, errs []error, err error) []error {
+	if err == nil {
+		return errs
+	}
+	if errs == nil {
+		errs = make([]error, n)
+	}
+	at := func(i int) int {
+		if index == nil {
+			return i
 		}
-	default:
-		for _, i := range index {
+		return index[i]
+	}
+	var pe *PublishError
+	if errors.As(err, &pe) {
+		for _, f := range pe.Failed {
+			errs[at(f.Index)] = fmt.Errorf("omnibus: publish %q: message %q: %w", topic, f.ID, f.Err)
+		}
+		return errs
+	}
+	if index == nil {
+		for i := range errs {
 			errs[i] = err
 		}
+		return errs
 	}
+	for _, i := range index {
+		errs[i] = err
+	}
+	return errs
 }
 
-// settle gives every result of batch its outcome and releases the
-// batch's room in the buffer.
+// settle gives every result of batch its outcome (errs; nil: every
+// message landed) and releases the batch's room in the buffer.
 func (p *Publisher) settle(batch []outgoing, bytes int, errs []error) {
 	for i := range batch {
 		o := &batch[i]
-		o.r.finish(errs[i])
+		var err error
+		if errs != nil {
+			err = errs[i]
+		}
+		o.r.finish(err)
 		if o.end != nil {
-			o.end(errs[i])
+			o.end(err)
 		}
 	}
-	clear(batch) // the queue's array holds no message past its outcome
 	p.mu.Lock()
 	p.msgs -= len(batch)
 	p.size -= bytes

@@ -58,15 +58,19 @@ func newBatchArray(n int) []outgoing {
 	return make([]outgoing, 0, n+n/8)
 }
 
-// recycleBatchArray gives batch's array, owned by nothing else, to the
-// batches to come.
-func recycleBatchArray(batch []outgoing) {
-	if cap(batch) < chunkKept {
-		return // a trickle's: not worth keeping
+// dropBatch lets go of a settled batch's messages. A batch sharing its
+// array with the queue clears its part (the array lives on); one owning
+// it gives it to later batches when reusable (the transport is known
+// done with the messages), else leaves it to the collector as it is.
+func dropBatch(batch []outgoing, own, reusable bool) {
+	switch {
+	case !own:
+		clear(batch)
+	case reusable && cap(batch) >= chunkKept: // a trickle's is not worth keeping
+		clear(batch)
+		batch = batch[:0]
+		batchArrays.Put(&batch)
 	}
-	clear(batch)
-	batch = batch[:0]
-	batchArrays.Put(&batch)
 }
 
 // push appends o to the open batch, or to a new one when o does not fit
