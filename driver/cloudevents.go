@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"time"
 )
 
 // SpecVersion is the CloudEvents version the transports write.
@@ -89,6 +90,30 @@ func (b *Binding) Prefix() string { return b.prefixes[0] }
 // extensions and the other headers. The transport keeps Key, Body and
 // (where it has fields for them) the content type in its own fields too.
 func (b *Binding) Encode(m *Message, set func(name, value string)) {
+	b.encode(m, set, func(name string, t time.Time) { set(name, FormatTime(t)) })
+}
+
+// EncodeAppend is Encode for a transport that keeps every header value
+// in one buffer: it appends each value to buf and calls set with the
+// name and the value as it lies in buf (its capacity ends with it, so it
+// stays put when buf grows later), and returns buf. The time is appended
+// in place: no string made for it (one allocation a message fewer).
+func (b *Binding) EncodeAppend(buf []byte, m *Message, set func(name string, value []byte)) []byte {
+	value := func(at int) []byte { return buf[at:len(buf):len(buf)] }
+	b.encode(m, func(name, v string) {
+		at := len(buf)
+		buf = append(buf, v...)
+		set(name, value(at))
+	}, func(name string, t time.Time) {
+		at := len(buf)
+		buf = AppendTime(buf, t)
+		set(name, value(at))
+	})
+	return buf
+}
+
+// encode is Encode with the time given to setTime.
+func (b *Binding) encode(m *Message, set func(name, value string), setTime func(name string, t time.Time)) {
 	set(b.names[attrSpecVersion], SpecVersion)
 	set(b.names[attrID], m.ID)
 	for i, v := range [...]string{attrType: m.Type, attrSource: m.Source, attrPartitionKey: m.Key} {
@@ -97,7 +122,7 @@ func (b *Binding) Encode(m *Message, set func(name, value string)) {
 		}
 	}
 	if !m.Time.IsZero() {
-		set(b.names[attrTime], FormatTime(m.Time))
+		setTime(b.names[attrTime], m.Time)
 	}
 	if m.ContentType != "" && b.contentType != "" {
 		set(b.contentType, m.ContentType)

@@ -2,6 +2,8 @@ package driver_test
 
 import (
 	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +48,38 @@ func TestBindingRoundTrip(t *testing.T) {
 				t.Errorf("decoded %+v\nwant    %+v\nwire %v", got, *m, wire)
 			}
 		})
+	}
+}
+
+// EncodeAppend writes what Encode does, in the same order, each value
+// where it was appended even after the buffer grew.
+func TestBindingEncodeAppend(t *testing.T) {
+	m := &driver.Message{
+		ID: "id-1", Key: "k", Type: "order.created", ContentType: "application/json",
+		Time:    time.Date(2026, 12, 2, 10, 11, 12, 123456789, time.UTC),
+		Headers: map[string]string{"tenant": "acme", "trace-id": "t"},
+	}
+	var want, got [][2]string
+	driver.KafkaBinding.Encode(m, func(k, v string) { want = append(want, [2]string{k, v}) })
+	var values [][]byte
+	var names []string
+	buf := driver.KafkaBinding.EncodeAppend(make([]byte, 0, 4), m, func(k string, v []byte) {
+		names = append(names, k)
+		values = append(values, v)
+	})
+	for i, v := range values {
+		if cap(v) != len(v) {
+			t.Errorf("value %q: capacity %d past its end", v, cap(v))
+		}
+		got = append(got, [2]string{names[i], string(v)})
+	}
+	if len(got) != len(want) || len(buf) == 0 {
+		t.Fatalf("EncodeAppend wrote %q (buffer %q), Encode %q", got, buf, want)
+	}
+	slices.SortFunc(got, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	slices.SortFunc(want, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	if !slices.Equal(got, want) {
+		t.Errorf("EncodeAppend wrote %q, Encode %q", got, want)
 	}
 }
 

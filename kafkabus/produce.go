@@ -78,10 +78,8 @@ func (s *recordSet) fill(topic string, msgs []*driver.Message) []kgo.Record {
 	rs, hs, buf := s.rs[:len(msgs)], s.hs[:0], s.buf[:0]
 	for i, m := range msgs {
 		first := len(hs)
-		driver.KafkaBinding.Encode(m, func(name, value string) {
-			at := len(buf)
-			buf = append(buf, value...)
-			hs = append(hs, kgo.RecordHeader{Key: name, Value: buf[at:len(buf):len(buf)]})
+		buf = driver.KafkaBinding.EncodeAppend(buf, m, func(name string, value []byte) {
+			hs = append(hs, kgo.RecordHeader{Key: name, Value: value})
 		})
 		// The record timestamp is the publish time (kgo sets it), as
 		// with the Java producer: retention and delivery timeouts count
