@@ -380,10 +380,11 @@ func (p *Publisher) send(q *pubQueue) {
 		if queuer != nil && p.queue(queuer, q.topic, batch, bytes, own) {
 			continue
 		}
-		p.settle(batch, bytes, p.publish(q.topic, batch))
-		// Not recycled: a Publish that returned when its ctx ended may
-		// still read the messages.
-		dropBatch(batch, own, false)
+		errs := p.publish(q.topic, batch)
+		p.settle(batch, bytes, errs)
+		// Recycled only when every message landed: a Publish that
+		// returned when its ctx ended may still read the messages.
+		dropBatch(batch, own, errs == nil)
 	}
 }
 

@@ -44,9 +44,10 @@ const (
 // batchArrays holds arrays of batches that are done with (*[]outgoing,
 // empty and cleared) for the batches opened behind full ones: a
 // publisher ahead of its transport otherwise allocates a batch's array
-// a message, ~180 B. Only arrays a transport has reported done with
-// (driver.Queuer's done) come back: a Publish that returned when its ctx
-// ended may still read its messages.
+// a message, ~180 B. Only arrays the transport is known done with come
+// back: a driver.Queuer's done was called, or a Publish returned with
+// every message landed (one that returned when its ctx ended may still
+// read its messages).
 var batchArrays sync.Pool
 
 // newBatchArray returns an empty array for at least n messages.
