@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/omnibus-go/omnibus/driver"
@@ -40,8 +41,10 @@ type Client struct {
 	hooks      hookSet // bound to the client: its publishes
 	rawHooks   []Hook  // as registered: bound again for each consumer
 
-	mu        sync.Mutex
-	closed    bool
+	mu sync.Mutex
+	// closed is set under mu (ordered with consumers joining), and read
+	// without it by checkOpen: every publish checks it, a lock a message.
+	closed    atomic.Bool
 	consumers map[*Consumer]struct{}
 
 	sendMu  sync.Mutex // guards sending (coalesce.go)
@@ -441,10 +444,7 @@ func (c *Client) CreateTopic(ctx context.Context, topic string, lanes int) error
 }
 
 func (c *Client) checkOpen(op, topic string) error {
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.closed.Load() {
 		return fmt.Errorf("omnibus: %s %q: %w", op, topic, ErrClosed)
 	}
 	return nil
@@ -462,7 +462,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.mu.Lock()
-	if c.closed {
+	if c.closed.Load() {
 		c.mu.Unlock()
 		return nil
 	}
@@ -470,7 +470,7 @@ func (c *Client) Close() error {
 	for k := range c.consumers {
 		consumers = append(consumers, k)
 	}
-	c.closed = true
+	c.closed.Store(true)
 	c.mu.Unlock()
 	errs := make([]error, 0, len(consumers)+1)
 	for _, k := range consumers {
@@ -482,7 +482,7 @@ func (c *Client) Close() error {
 func (c *Client) addConsumer(k *Consumer) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return ErrClosed
 	}
 	c.consumers[k] = struct{}{}
