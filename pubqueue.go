@@ -30,15 +30,15 @@ type pubBatch struct {
 	bytes int
 }
 
-// Batch capacities. A batch opened behind a full one is made as large
-// as that one (the publisher is ahead: the next fills too); one opened
-// in an empty queue starts small and grows, so a trickle of messages
-// does not make large arrays. What is left of an array when its batch
+// Batch capacities. A batch opened behind a full one gets an array at
+// least as large as that one (the publisher is ahead: the next fills
+// too), recycled when one is; one opened in an empty queue starts small
+// and grows, so a trickle of messages does not make large arrays. What is left of an array when its batch
 // leaves early is the next batch's when small (a trickle reuses it),
 // dropped when large, so an idle queue holds no large array.
 const (
-	chunkLeast = 8
-	chunkKept  = 64
+	batchLeast = 8
+	batchKept  = 64
 )
 
 // batchArrays holds arrays of batches that are done with (*[]outgoing,
@@ -67,7 +67,7 @@ func dropBatch(batch []outgoing, own, reusable bool) {
 	switch {
 	case !own:
 		clear(batch)
-	case reusable && cap(batch) >= chunkKept: // a trickle's is not worth keeping
+	case reusable && cap(batch) >= batchKept: // a trickle's is not worth keeping
 		clear(batch)
 		batch = batch[:0]
 		batchArrays.Put(&batch)
@@ -89,7 +89,7 @@ func (q *pubQueue) push(o *outgoing, count, most int) {
 	}
 	b := &q.batches[last]
 	if b.msgs == nil {
-		b.msgs = make([]outgoing, 0, min(chunkLeast, count))
+		b.msgs = make([]outgoing, 0, min(batchLeast, count))
 	}
 	b.msgs = append(b.msgs, *o)
 	b.bytes += o.size
@@ -106,7 +106,7 @@ func (q *pubQueue) take() (batch []outgoing, bytes int, own bool) {
 	if len(q.batches) == 1 {
 		// The open batch leaves: the room left in its array, if small,
 		// is the next one's.
-		if rest := b.msgs[len(b.msgs):]; cap(rest) > 0 && cap(rest) <= chunkKept {
+		if rest := b.msgs[len(b.msgs):]; cap(rest) > 0 && cap(rest) <= batchKept {
 			batch, own = b.msgs[:len(b.msgs):len(b.msgs)], false
 			q.batches[0] = pubBatch{msgs: rest}
 		} else {

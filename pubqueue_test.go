@@ -55,7 +55,7 @@ func TestPubQueueKeepsOrderAndBounds(t *testing.T) {
 	if taken != pushed {
 		t.Fatalf("took %d of %d", taken, pushed)
 	}
-	if len(q.batches) > 1 || len(q.batches) == 1 && cap(q.batches[0].msgs) > chunkKept {
+	if len(q.batches) > 1 || len(q.batches) == 1 && cap(q.batches[0].msgs) > batchKept {
 		t.Fatalf("an empty queue holds %d batches (the first of capacity %d)", len(q.batches), cap(q.batches[0].msgs))
 	}
 	t.Logf("%d messages in %d batches", taken, batches)
