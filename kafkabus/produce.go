@@ -101,13 +101,14 @@ func (s *recordSet) fill(topic string, msgs []*driver.Message) []kgo.Record {
 	return rs
 }
 
-// release forgets the messages' bodies and gives s back to recordSets.
-// The rest of a record points into s's own arrays (or at header names),
-// and fill overwrites it all: clearing every record and header cost as
-// much as the rest of the batch's bookkeeping.
+// release forgets the messages' bodies and the batch's context (kgo
+// sets a record's Context to the one it was produced with) and gives s
+// back to recordSets. The rest of a record points into s's own arrays
+// (or at header names), and fill overwrites it all: clearing every
+// record and header cost as much as the rest of the batch's bookkeeping.
 func (s *recordSet) release() {
 	for i := range s.rs {
-		s.rs[i].Value = nil
+		s.rs[i].Value, s.rs[i].Context = nil, nil
 	}
 	recordSets.Put(s)
 }
