@@ -226,9 +226,9 @@
 // above) is given up the same way at once, its lease deleted, and so is
 // one whose reader finds that a delivery of its consumer never reached
 // it (the server numbers deliveries; a pull the lane's previous owner
-// left waiting on the server may have taken it; the member's own pulls
-// have room for all they ask for, so the client never drops one as a
-// slow consumer): what never arrived would come back only after
+// left waiting on the server may have taken it; the member's own pull
+// queues all it asks for, so the client never drops one as a slow
+// consumer): what never arrived would come back only after
 // ack_wait, behind newer messages, so the member claims the lane again
 // and resets it. A crashed member's partitions
 // move after lease_ttl. Nothing a member
@@ -354,7 +354,7 @@
 // others held beside it are not. A throwaway group keeps no positions,
 // and its count is the server's.
 //
-// A message counts as held from the moment the pump takes it from its pull,
+// A message counts as held from the moment the reader takes it from its pull,
 // wherever it then waits (the member's inbox, Receive's carry, the
 // engine): every held message gets an in-progress signal every ack_wait/4
 // to ack_wait/2, so neither a backlog nor a slow handler nor a retry
@@ -374,9 +374,11 @@
 // its inbox and carry, and what its pulls still buffer; the group's
 // other members get it now, not after ack_wait. A partitioned member
 // releases its leases instead, and the next owner
-// resets the consumer (see above). One race is left: a pull response the
-// server sends as the member unsubscribes is lost on the way, and the
-// server, which counts it delivered, sends it again after ack_wait. A server before 2.11 can send a
+// resets the consumer (see above). The member asks for nothing more and
+// lets what it asked for arrive until it is all in or nothing came for
+// 100 ms before it unsubscribes. One race is left: a pull response the server sends as
+// the member unsubscribes is lost on the way, and the server, which
+// counts it delivered, sends it again after ack_wait. A server before 2.11 can send a
 // message handed back with Nak twice at once (the redelivery, and again
 // as the stream's next); a member that gets a second delivery of a
 // message it holds, or acknowledged among its last 256, does not handle
@@ -386,11 +388,13 @@
 // member holds at most:
 //
 //   - per lane it reads (one unpartitioned; up to N partitioned), what its
-//     pull buffers: a pull request (nats.go's Fetch) of MaxInFlight
-//     messages and at most max(MaxInFlightBytes, max_payload + 4 KiB)
+//     pull buffers: the reader keeps MaxInFlight messages asked for and
+//     not yet moved into the inbox, asking for more once half of them
+//     were (pull requests on one subscription, so that the next travels
+//     while the reader hands on the rest, and the lane's order holds),
+//     each request for at most max(MaxInFlightBytes, max_payload + 4 KiB)
 //     bytes (a request never asks for less than the largest message,
-//     which would stall it), the next asked for once the member took the
-//     last message of the one before;
+//     which would stall it);
 //   - its inbox, between the pumps and Receive: 64 messages;
 //   - Receive's carry, taken from the inbox and not fitting the engine's
 //     room yet: fewer than MaxInFlight messages.
@@ -458,9 +462,10 @@
 //
 // Everything is safe for concurrent use. Each client holds one NATS
 // connection; each group member adds a pump goroutine per lane it reads
-// (its pulls' messages into the member's inbox, a bounded queue that
-// Receive empties in batches, with nats.go's goroutine of the lane's
-// pull request) and a keeper goroutine (in-progress
+// (the lane's pull requests, and their messages into the member's
+// inbox, a bounded queue that Receive empties in batches; the replies
+// come through nats.go's goroutine of the pull's subscription) and a
+// keeper goroutine (in-progress
 // signals, and the group's positions). In partitioned mode a member also
 // runs a watcher (the lease bucket's keys; it creates a deleted lease
 // bucket again and watches the new one), a refresher (heartbeat and

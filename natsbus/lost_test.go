@@ -24,7 +24,7 @@ import (
 // again once the leases expired; the leases are taken over, so that the
 // lanes are lost at the next refresh and claimed again once the keys are
 // deleted; a read fails (as on a missed heartbeat), which drops what the
-// pull iterator held. Nothing may be lost, and no message of a key may
+// pull held. Nothing may be lost, and no message of a key may
 // be handled for the first time after a newer one of its key was
 // settled: a lost lane hands nothing more to the engine, and a lane
 // claimed again starts at its first message not acknowledged, in order.
@@ -124,7 +124,7 @@ func TestLostLaneKeepsKeyOrder(t *testing.T) {
 			}
 		case 2:
 			// A read fails (a missed heartbeat), dropping what the pull
-			// iterator held: the lane must not go on with newer messages.
+			// held: the lane must not go on with newer messages.
 			natsbus.FailNextRead()
 			continue
 		}

@@ -1,17 +1,20 @@
 package natsbus
 
 // Readers: one per lane the member reads, and the pump goroutine that
-// pulls the lane's consumer (Fetch requests, one at a time), moves what it
-// pulls into the inbox, pulls again after an error and re-creates a
-// consumer deleted behind the group's back. reader.consMu guards the
-// consumer; sub.mu guards what a reader remembers of the sequences it
-// pulled and acknowledged.
+// pulls the lane's consumer (its own pull requests, answered on one
+// subscription), moves what it pulls into the inbox, pulls again after
+// an error and re-creates a consumer deleted behind the group's back.
+// reader.consMu guards the consumer; sub.mu guards what a reader
+// remembers of the sequences it pulled and acknowledged.
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +30,6 @@ type reader struct {
 	lane    string
 	consMu  sync.Mutex // guards cons, replaced by the pump when it is created again
 	cons    jetstream.Consumer
-	ctx     context.Context // the pulls'; cancelled by halt without drain, and as the pump returns
-	cancel  context.CancelFunc
 	halting sync.Once
 	stopped atomic.Bool
 	drain   atomic.Bool // halted with drain: set before stopped, so that a pump that sees r stopped knows how
@@ -47,6 +48,10 @@ type reader struct {
 	pulled    []uint64
 	floor     uint64
 	nacked    map[uint64]struct{}
+	// pin is the pin the server gave r's pulls of a pinned partition
+	// consumer (the Nats-Pin-Id of their messages), asked for by the next
+	// request. The pump's.
+	pin string
 	// dseq is the consumer's delivery sequence of the last message r
 	// pulled (its Delivered.Consumer when r started). The server numbers
 	// every delivery, so a message above dseq+1 tells that a delivery
@@ -152,7 +157,7 @@ func (r *reader) consumer() jetstream.Consumer {
 // heartbeat would, dropping the message it read.
 var failNextRead atomic.Bool
 
-// pullExpiry is how long a pull request waits on the server. A pull
+// pullExpiry is how long a pull request waits on the server. A reader
 // learns of a request the server dropped without a word (one that
 // reached a consumer being deleted: "no responders") only when
 // heartbeats stop, after twice pullHeartbeat.
@@ -161,78 +166,261 @@ const (
 	pullHeartbeat = pullExpiry / 2
 )
 
-// pull is one pull request of a reader: a Fetch, whose goroutine (nats.go's)
-// reads the request's replies as they come, heartbeats included, into
-// msgs, which has room for every message asked for. So nothing a pull
-// asked for is ever dropped, however long the pump waits for the engine.
-//
-// nats.go's other pull, the Messages iterator, buffers its replies in a
-// channel exactly as large as the messages it keeps asked for, and the
-// server's status messages (idle heartbeats, request timeouts) take room
-// in it too: a pump blocked behind a full engine while a heartbeat came
-// had the client drop a message of the next full batch as a slow
-// consumer, which cost a partition's reader its lane (see errMissed).
-type pull struct {
-	batch  jetstream.MessageBatch
-	msgs   <-chan jetstream.Msg // batch.Messages(), closed once it ended and was emptied
-	cancel context.CancelFunc   // ends the request (its context)
-	size   int                  // messages asked for
-	taken  int                  // messages the pump took from msgs
-}
-
-// served reports whether every message p asked for arrived: the server
-// no longer holds p's request.
-func (p *pull) served() bool { return p.taken+len(p.msgs) >= p.size }
-
-// end ends p's request; what msgs buffers stays for the pump to take.
-// Safe on nil.
-func (p *pull) end() {
-	if p != nil {
-		p.cancel()
-	}
-}
-
-// pullSize is how many messages a pull of s asks for: the engine's
-// MaxInFlight. The next pull is asked for only once the pump took the
-// last message of the one before (see pump), so a reader buffers no more
-// than MaxInFlight messages. Two pulls of MaxInFlight/2 (the next asked
-// for once the server sent all of the one before) measured lower in
-// BenchmarkConsume (omnibus/raw medians, 100 B and 1 KiB, 2 shared
-// cores): 0.77 and 0.83, against 0.82 and 0.83 for one of MaxInFlight
-// and 0.82 and 0.95 for the Messages iterator: twice the requests, each
-// a subscription and a goroutine of nats.go's.
+// pullSize is how many messages a reader keeps asked for and not yet
+// handed on: the engine's MaxInFlight.
 func (s *sub) pullSize() int { return max(1, s.opts.MaxInFlight) }
 
-// fetch asks r's consumer for the next pullSize messages, and for at most
-// MaxInFlightBytes (never less than the largest message the server
-// accepts, which would stall the pull). A pinned partition
-// consumer is pulled in its priority group.
+// pull is a run of a reader's pull requests, all answered on one
+// subscription: the server's replies to every request arrive in the
+// order it sends them, so the lane's order holds however it shares its
+// messages among the requests (it serves waiting requests in turns: two
+// Fetches, each a subscription of its own, split the lane between two
+// buffers). The subscription's callback only queues what arrives (it
+// never waits), so the client never drops a reply as a slow consumer;
+// the queue holds no more than the requests asked for (and their status
+// messages). The pump takes from the queue and does all the rest: it
+// counts what the requests still owe (a message does not tell which
+// request it answers, but a request that ends unserved says how many it
+// still owed), asks for more once at most half of pullSize is owed (so
+// the next request travels while the pump hands on the rest), and
+// watches the heartbeats.
 //
-// The request's context ends it early (halt, or the pump giving it up):
-// its deadline, a little past pullExpiry, is also how nats.go sizes the
-// request's expiry on the server.
-func (s *sub) fetch(r *reader) (*pull, error) {
-	cons := r.consumer()
-	ctx, cancel := context.WithTimeout(r.ctx, pullExpiry+time.Second)
-	n := s.pullSize()
-	opts := []jetstream.FetchOpt{jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(pullHeartbeat)}
-	if b := s.opts.MaxInFlightBytes; b > 0 {
-		opts = append(opts, jetstream.FetchMaxBytes(max(b, int(s.c.nc.MaxPayload())+4096)))
+// nats.go's callback pull (Consumer.Consume) does the same on one
+// subscription, but skips asking for more while its goroutine is still
+// sending the request before, and does not look again: when the
+// callback handled all that was owed in that window (a few milliseconds
+// on 2 busy cores), nothing more was asked for, and the reader stalled
+// until the heartbeat check gave up (5 s, about 1 run in 10 of
+// BenchmarkConsume). Here the pump both asks and counts.
+type pull struct {
+	sub    *nats.Subscription
+	inbox  string
+	heard  atomic.Uint64 // replies arrived, idle heartbeats included
+	mu     sync.Mutex
+	queue  []*nats.Msg // arrived, not taken by the pump
+	closed bool        // unsubscribed: what still arrives is handed back (drain) or dropped
+	drain  bool
+	ready  chan struct{} // something arrived in an empty queue
+
+	owed int // the pump's: messages asked for and not taken yet, nor given up by the server
+}
+
+// arrive is p's subscription's callback.
+func (p *pull) arrive(m *nats.Msg) {
+	p.heard.Add(1)
+	if len(m.Data) == 0 && m.Header.Get("Status") == "100" {
+		return // an idle heartbeat
 	}
-	if pinned(cons.CachedInfo()) {
-		opts = append(opts, jetstream.FetchPriorityGroup(pinGroup))
+	p.mu.Lock()
+	if p.closed {
+		drain := p.drain
+		p.mu.Unlock()
+		if drain && userMsg(m) {
+			_ = m.Nak()
+		}
+		return
 	}
-	batch, err := cons.Fetch(n, opts...)
+	p.queue = append(p.queue, m)
+	if len(p.queue) == 1 {
+		driver.Notify(p.ready)
+	}
+	p.mu.Unlock()
+}
+
+// userMsg reports whether m is a message of the stream, not a status.
+func userMsg(m *nats.Msg) bool {
+	return len(m.Data) > 0 || m.Header.Get("Status") == ""
+}
+
+// take moves what p queued to the end of buf.
+func (p *pull) take(buf []*nats.Msg) []*nats.Msg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	buf = append(buf, p.queue...)
+	clear(p.queue)
+	p.queue = p.queue[:0]
+	return buf
+}
+
+// close unsubscribes p. With drain, what is queued and what still
+// arrives is handed back with Nak; without, it is dropped (the server
+// sends it again after ack_wait).
+func (p *pull) close(drain bool) {
+	p.mu.Lock()
+	p.closed, p.drain = true, drain
+	rest := p.queue
+	p.queue = nil
+	p.mu.Unlock()
+	_ = p.sub.Unsubscribe()
+	if drain {
+		for _, m := range rest {
+			if userMsg(m) {
+				_ = m.Nak()
+			}
+		}
+	}
+}
+
+// openPull subscribes to a new inbox for r's pull requests.
+func (s *sub) openPull() (*pull, error) {
+	p := &pull{inbox: s.c.nc.NewInbox(), ready: make(chan struct{}, 1)}
+	sub, err := s.c.nc.Subscribe(p.inbox, p.arrive)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	return &pull{batch: batch, msgs: batch.Messages(), cancel: cancel, size: n}, nil
+	// The queue is bounded by what p asks for; the callback never waits.
+	_ = sub.SetPendingLimits(-1, -1)
+	p.sub = sub
+	return p, nil
+}
+
+// pullRequest is the body of a pull request
+// ($JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>).
+type pullRequest struct {
+	Batch     int           `json:"batch"`
+	Expires   time.Duration `json:"expires,omitempty"`
+	MaxBytes  int           `json:"max_bytes,omitempty"`
+	Heartbeat time.Duration `json:"idle_heartbeat,omitempty"`
+	Group     string        `json:"group,omitempty"`
+	PinID     string        `json:"id,omitempty"`
+}
+
+// ask sends a request on p for what r's pulls miss of pullSize, unless
+// more than half of pullSize is owed. Each asks for at most
+// max(MaxInFlightBytes, max_payload + 4 KiB) bytes (never less than the
+// largest message the server accepts, which would stall it). A pinned
+// partition consumer is pulled in its priority group, with the pin the
+// server gave r.
+func (s *sub) ask(r *reader, p *pull) error {
+	n := s.pullSize()
+	if p.owed > n/2 {
+		return nil
+	}
+	info := r.consumer().CachedInfo()
+	req := pullRequest{Batch: n - p.owed, Expires: pullExpiry, Heartbeat: pullHeartbeat}
+	if b := s.opts.MaxInFlightBytes; b > 0 {
+		req.MaxBytes = max(b, int(s.c.nc.MaxPayload())+4096)
+	}
+	if pinned(info) {
+		req.Group, req.PinID = pinGroup, r.pin
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if err := s.c.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+info.Stream+"."+info.Name, p.inbox, body); err != nil {
+		return err
+	}
+	p.owed = n
+	return nil
+}
+
+// got counts a message taken. One of no request still counted (asked
+// for before a reconnect, say) is a delivery all the same.
+func (p *pull) got() { p.owed = max(0, p.owed-1) }
+
+// ended counts what the request a status message m ended still owed.
+func (p *pull) ended(m *nats.Msg) {
+	left, _ := strconv.Atoi(m.Header.Get("Nats-Pending-Messages"))
+	p.owed = max(0, p.owed-left)
+}
+
+// status handles a status message: nil when it ended a request (expired,
+// served as far as its bytes allowed, or the server forgot r's pin or
+// changed the consumer's leader), the failure it tells otherwise.
+func (p *pull) status(r *reader, m *nats.Msg) error {
+	code, descr := m.Header.Get("Status"), m.Header.Get("Description")
+	switch d := strings.ToLower(descr); {
+	case code == "408" || code == "404" || code == "409" && (strings.Contains(d, "exceeds maxbytes") || strings.Contains(d, "batch completed")):
+		p.ended(m)
+	case code == "423":
+		r.pin = "" // the next request asks for a pin again
+		p.ended(m)
+	case code == "409" && strings.Contains(d, "leadership change"):
+		p.owed = 0 // the new leader has none of them
+	case code == "409" && strings.Contains(d, "consumer deleted"):
+		return jetstream.ErrConsumerDeleted
+	case code == "409" && strings.Contains(d, "server shutdown"):
+		return jetstream.ErrServerShutdown
+	case code == "400":
+		return jetstream.ErrBadRequest
+	case code == "503":
+		return nats.ErrNoResponders
+	default:
+		return fmt.Errorf("nats: pull request: %s %s", code, descr)
+	}
+	return nil
+}
+
+// drainQuiet is how long a pull being handed back gets nothing before
+// the pump ends it.
+const drainQuiet = 100 * time.Millisecond
+
+// handBack hands back with Nak what p buffers and what its open requests
+// still get, asking for nothing more, until they are served or p is
+// quiet for drainQuiet; then it unsubscribes. What the server sends just
+// as p unsubscribes is still lost on the way (as with a subscription
+// drained): it comes back after ack_wait.
+func (p *pull) handBack(r *reader) {
+	quiet := time.NewTimer(drainQuiet)
+	defer quiet.Stop()
+	var batch []*nats.Msg
+	for p.owed > 0 {
+		batch = p.take(batch[:0])
+		for _, m := range batch {
+			if !userMsg(m) {
+				_ = p.status(r, m)
+				continue
+			}
+			p.got()
+			_ = m.Nak()
+		}
+		if len(batch) > 0 {
+			quiet.Reset(drainQuiet)
+			continue
+		}
+		select {
+		case <-p.ready:
+		case <-quiet.C:
+			p.close(true)
+			return
+		}
+	}
+	p.close(true)
+}
+
+// jsMsg is a delivery read from a pull's subscription, as jetstream.Msg:
+// nats.Msg's JetStream methods (the ack subject is the delivery's reply
+// subject).
+type jsMsg struct{ m *nats.Msg }
+
+func (j jsMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	md, err := j.m.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	return &jetstream.MsgMetadata{
+		Sequence:     jetstream.SequencePair{Consumer: md.Sequence.Consumer, Stream: md.Sequence.Stream},
+		NumDelivered: md.NumDelivered, NumPending: md.NumPending, Timestamp: md.Timestamp,
+		Stream: md.Stream, Consumer: md.Consumer, Domain: md.Domain,
+	}, nil
+}
+func (j jsMsg) Data() []byte                        { return j.m.Data }
+func (j jsMsg) Headers() nats.Header                { return j.m.Header }
+func (j jsMsg) Subject() string                     { return j.m.Subject }
+func (j jsMsg) Reply() string                       { return j.m.Reply }
+func (j jsMsg) Ack() error                          { return j.m.Ack() }
+func (j jsMsg) DoubleAck(ctx context.Context) error { return j.m.AckSync(nats.Context(ctx)) }
+func (j jsMsg) Nak() error                          { return j.m.Nak() }
+func (j jsMsg) NakWithDelay(d time.Duration) error  { return j.m.NakWithDelay(d) }
+func (j jsMsg) InProgress() error                   { return j.m.InProgress() }
+func (j jsMsg) Term() error                         { return j.m.Term() }
+func (j jsMsg) TermWithReason(reason string) error {
+	return j.m.Respond([]byte("+TERM " + reason))
 }
 
 func (s *sub) newReader(lane string, cons jetstream.Consumer, exclusive bool) *reader {
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &reader{lane: lane, cons: cons, ctx: ctx, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{}), exclusive: exclusive}
+	r := &reader{lane: lane, cons: cons, stop: make(chan struct{}), done: make(chan struct{}), exclusive: exclusive}
 	if exclusive {
 		r.nacked = map[uint64]struct{}{}
 		r.dseq = cons.CachedInfo().Delivered.Consumer
@@ -245,112 +433,61 @@ func (s *sub) startPump(r *reader) {
 	go s.pump(r)
 }
 
-// pump moves messages from r's pulls to the inbox until r stops, holding
-// each from the moment it is pulled. It asks for the next pull as it
-// takes the last message of the one before (the server sent it all, and
-// it buffers nothing more), so that the request travels while the pump
-// hands that message on. Never sooner: besides MaxInFlight, the server
-// shares its messages among a consumer's waiting requests in turns, and
-// two requests served at once would interleave the lane's messages
-// between two buffers, out of order.
-// Once r stops, the pump hands back with Nak what its pulls still buffer
+// pump reads r's consumer until r stops: it opens a pull (see pull),
+// asks for messages and moves what arrives into the inbox, holding each
+// from the moment it takes it. A failed pull is closed, and what it
+// buffers dropped; the pump reports the failure and opens another, or
+// gives up. A reconnect loses the open requests on the server, which
+// answers them no more: the pump forgets them and asks again. Once r
+// stops, the pump hands back with Nak what the pull buffers and gets
 // when halted with drain (a member leaving an unpartitioned group), and
 // drops it otherwise (the partition's next owner resets its consumer).
 func (s *sub) pump(r *reader) {
 	defer s.wg.Done()
 	defer close(r.done)
-	defer r.cancel()
-	var cur, next *pull
-	defer func() {
-		cur.end()
-		next.end()
-	}()
-	// A reconnect loses the pulls' requests on the server, which answers
-	// them no more: the pump ends them (what they buffer stays to take)
-	// and pulls again, rather than waiting for their heartbeats to stop.
 	reconnected := s.c.nc.StatusChanged(nats.CONNECTED)
 	defer s.c.nc.RemoveStatusListener(reconnected)
-	n := max(1, s.opts.MaxInFlight)
 	failures := 0
 	for {
 		if r.stopped.Load() {
-			if r.drain.Load() {
-				handBack(cur)
-				handBack(next)
-			}
 			return
 		}
-		var err error
-		switch {
-		case cur == nil:
-			// A request that could not be sent (the connection is away)
-			// pulled nothing, and lost nothing: the pump asks again
-			// after a pause, or once the connection is back.
-			if cur, err = s.fetch(r); err != nil && !s.c.nc.IsClosed() {
-				failures++
-				if !s.pause(r, failures, reconnected) {
-					return
-				}
-				continue
-			}
-		case next == nil && cur.served() && len(cur.msgs)+s.pullSize() <= n:
-			next, _ = s.fetch(r) // not sent: asked for again with the next message, or when cur ends
-		}
-		var msg jetstream.Msg
+		p, err := s.openPull()
 		if err == nil {
-			var ok bool
-			select {
-			case msg, ok = <-cur.msgs:
-			default:
-				select { // wait for the next message, a reconnect or halt
-				case msg, ok = <-cur.msgs:
-				case <-reconnected:
-					cur.end()
-					next.end()
-					continue
-				case <-r.stop:
-					continue
+			var got bool
+			got, err = s.read(r, p, reconnected)
+			if got {
+				failures = 0
+			}
+			if r.stopped.Load() {
+				if r.drain.Load() {
+					p.handBack(r)
+				} else {
+					p.close(false)
 				}
+				return
 			}
-			if !ok {
-				err = cur.batch.Error()
-				cur.end()
-				cur, next = next, nil
-				if err == nil || s.endedQuietly(r, err) {
-					continue
-				}
-			} else {
-				cur.taken++
-			}
-		}
-		if r.stopped.Load() {
-			if msg != nil && r.drain.Load() {
-				_ = msg.Nak()
-			}
-			continue // the loop's top hands back or drops the rest
-		}
-		if err == nil && failNextRead.Load() && failNextRead.CompareAndSwap(true, false) {
-			err = jetstream.ErrNoHeartbeat // msg dropped, and what the pulls buffer with it
-		}
-		if err == nil {
-			failures = 0
-			h, err := s.hold(r, msg)
+			p.close(false)
 			if errors.Is(err, errMissed) {
 				s.part.abandon(r, err) // see the exclusive reader's failed read below
 				return
 			}
-			if h != nil || err != nil {
-				s.inbox.put(item{r: r, h: h, err: err}, r.stop)
+		} else if !s.c.nc.IsClosed() {
+			// Not subscribed (the connection is away): nothing was
+			// pulled, and nothing lost. The pump tries again after a
+			// pause, or once the connection is back.
+			failures++
+			if !s.pause(r, failures, reconnected) {
+				return
 			}
-			continue // when the put was cut short, r stopped: see above
+			continue
 		}
-		cur.end()
-		next.end()
-		cur, next = nil, nil
-		if (errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrNoResponders)) && s.gone(r) {
-			// A pull on a consumer that no longer exists gets no answer
-			// at all: the heartbeats stop.
-			err = jetstream.ErrConsumerNotFound
+		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrNoResponders) {
+			// A pull on a consumer that no longer exists gets no
+			// answer at all: the heartbeats stop.
+			if s.gone(r) {
+				err = jetstream.ErrConsumerNotFound
+			}
 		}
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			notice, ferr := s.reopen(r, err)
@@ -386,6 +523,81 @@ func (s *sub) pump(r *reader) {
 	}
 }
 
+// read moves what p pulls into the inbox until r stops (it returns a
+// nil error) or p fails: the failure, or errMissed. got reports whether
+// it held a message.
+func (s *sub) read(r *reader, p *pull, reconnected <-chan nats.Status) (got bool, err error) {
+	var batch []*nats.Msg
+	wait := time.NewTimer(2 * pullHeartbeat)
+	defer wait.Stop()
+	for {
+		if r.stopped.Load() {
+			return got, nil
+		}
+		if err := s.ask(r, p); err != nil {
+			return got, err
+		}
+		batch = p.take(batch[:0])
+		for i, m := range batch {
+			batch[i] = nil
+			if r.stopped.Load() {
+				// The pump hands back or drops the rest, counted.
+				if !userMsg(m) {
+					_ = p.status(r, m)
+				} else if p.got(); r.drain.Load() {
+					_ = m.Nak()
+				}
+				continue
+			}
+			if !userMsg(m) {
+				if err := p.status(r, m); err != nil {
+					return got, err
+				}
+				if err := s.ask(r, p); err != nil {
+					return got, err
+				}
+				continue
+			}
+			p.got()
+			if err := s.ask(r, p); err != nil {
+				return got, err
+			}
+			if failNextRead.Load() && failNextRead.CompareAndSwap(true, false) {
+				return got, jetstream.ErrNoHeartbeat // m dropped, and what p buffers with it
+			}
+			if pin := m.Header.Get("Nats-Pin-Id"); pin != "" {
+				r.pin = pin
+			}
+			got = true
+			h, err := s.hold(r, jsMsg{m})
+			if errors.Is(err, errMissed) {
+				return got, err
+			}
+			if h != nil || err != nil {
+				s.inbox.put(item{r: r, h: h, err: err}, r.stop) // when cut short, r stopped: see pump
+			}
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		// Wait for the next reply, a reconnect or halt. Nothing at all
+		// for twice the heartbeat while requests are open: the server
+		// forgot them, or the connection is dead.
+		heard := p.heard.Load()
+		wait.Reset(2 * pullHeartbeat)
+		select {
+		case <-p.ready:
+		case <-reconnected:
+			p.owed = 0
+		case <-r.stop:
+		case <-wait.C:
+			if p.heard.Load() == heard && p.owed > 0 {
+				return got, jetstream.ErrNoHeartbeat
+			}
+		}
+	}
+}
+
 // pause waits a little longer after each of failures in a row, up to 5
 // seconds, or until reconnected; false when r stopped meanwhile.
 func (s *sub) pause(r *reader, failures int, reconnected <-chan nats.Status) bool {
@@ -396,47 +608,6 @@ func (s *sub) pause(r *reader, failures int, reconnected <-chan nats.Status) boo
 		return true
 	case <-r.stop:
 		return false
-	}
-}
-
-// endedQuietly reports whether a pull that ended with err needs no more
-// than the next pull: the server no longer had r pinned (nats.go
-// forgot the pin, and the next pull asks for it again), the pull's own
-// deadline passed before the server's expiry answer came, or the pump
-// ended it after a reconnect. A pull ended by halt ends quietly too: the
-// pump sees r stopped.
-func (s *sub) endedQuietly(r *reader, err error) bool {
-	return errors.Is(err, jetstream.ErrPinIDMismatch) || r.stopped.Load() ||
-		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && r.ctx.Err() == nil
-}
-
-// drainQuiet is how long a pull being handed back gets nothing before
-// the pump ends it: what the server sent it before is in by then.
-const drainQuiet = 100 * time.Millisecond
-
-// handBack hands back with Nak what p buffers and what its request still
-// gets until it is served or quiet for drainQuiet, when the pump ends it.
-// Ending it at once would drop what the server sent it and nats.go's
-// goroutine did not pass on yet: the server would send it again only
-// after ack_wait. What the server sends just as the request ends is still
-// lost on the way (as with a subscription drained).
-func handBack(p *pull) {
-	if p == nil {
-		return
-	}
-	quiet := time.NewTimer(drainQuiet)
-	defer quiet.Stop()
-	for {
-		select {
-		case m, ok := <-p.msgs:
-			if !ok {
-				return
-			}
-			_ = m.Nak()
-			quiet.Reset(drainQuiet)
-		case <-quiet.C:
-			p.end()
-		}
 	}
 }
 
@@ -492,21 +663,19 @@ func (s *sub) reopen(r *reader, cause error) (notice, err error) {
 	s.mu.Lock()
 	r.dseq = cons.CachedInfo().Delivered.Consumer // a new consumer numbers its deliveries afresh
 	s.mu.Unlock()
+	r.pin = ""
 	r.replace(cons)
 	return fmt.Errorf("natsbus: receive %q lane %s: consumer %q: %v: %w", s.topic, r.lane, s.consumerName(r.lane), cause, errReopened), nil
 }
 
-// halt stops r, and the pump returns. Without drain, r's pulls end at
-// once, and what they buffer is dropped; with drain, the pump first
-// hands back (Nak) what they buffer and get until they are served or
-// quiet (see handBack).
+// halt stops r, and the pump returns. Without drain, the pump ends r's
+// pull at once, and what it buffers is dropped; with drain, the pump
+// first hands back (Nak) what it buffers and gets until its requests are
+// served or quiet (see pull.handBack).
 func (r *reader) halt(drain bool) {
 	r.halting.Do(func() {
 		r.drain.Store(drain)
 		r.stopped.Store(true)
 		close(r.stop)
-		if !drain {
-			r.cancel()
-		}
 	})
 }
