@@ -2,11 +2,9 @@ package natsbus_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus"
@@ -24,8 +22,7 @@ import (
 // what is published on their partitions. The failing heartbeat has the
 // member look its bucket up, which is there: it restores nothing.
 func TestLeasesOutliveSlowWrites(t *testing.T) {
-	s, deny := permServer(t)
-	addr := s.Addr().String()
+	addr, deny := permServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -97,30 +94,4 @@ watch:
 		keys = append(keys, keysOn(p, 4, 5)...)
 	}
 	col.waitAll(t, publishTo(t, c, topic, keys), 15*time.Second)
-}
-
-// permServer starts a nats-server with JetStream on a free loopback port,
-// stopped at cleanup, with two users (password "pw"): "admin", who may
-// publish anywhere, and "member", who may too until deny reloads the
-// server to deny it the subjects given (none: allowed again). A denied
-// publish gets no answer: a request on it waits out its timeout.
-func permServer(t *testing.T) (s *server.Server, deny func(subjects ...string)) {
-	t.Helper()
-	opts := &server.Options{Users: []*server.User{
-		{Username: "member", Password: "pw"},
-		{Username: "admin", Password: "pw"},
-	}}
-	s = startServer(t, opts)
-	running := opts.Clone()
-	running.Port = s.Addr().(*net.TCPAddr).Port
-	return s, func(subjects ...string) {
-		t.Helper()
-		o := running.Clone()
-		if len(subjects) > 0 {
-			o.Users[0].Permissions = &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: subjects}}
-		}
-		if err := s.ReloadOptions(o); err != nil {
-			t.Fatal(err)
-		}
-	}
 }

@@ -35,8 +35,7 @@ func TestLostLaneKeepsKeyOrder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP (-short): lease losses")
 	}
-	s, deny := permServer(t)
-	addr := s.Addr().String()
+	addr, deny := permServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
