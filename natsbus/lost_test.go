@@ -77,12 +77,7 @@ func TestLostLaneKeepsKeyOrder(t *testing.T) {
 			ms := make([]*omnibus.Message, keys)
 			for i := range ms {
 				n++
-				ms[i] = &omnibus.Message{
-					ID:      fmt.Sprintf("m%06d", n),
-					Key:     "k" + strconv.Itoa(i),
-					Headers: map[string]string{"n": strconv.Itoa(n)},
-					Body:    []byte("x"),
-				}
+				ms[i] = numbered(n, i)
 			}
 			if err := pub.Publish(ctx, topic, ms...); err != nil {
 				pubErr = err
@@ -176,6 +171,17 @@ func owned(k *omnibus.Consumer) int {
 		}
 	}
 	return n
+}
+
+// numbered is message n (its number in header n, which orderLog reads)
+// of key "k<key>".
+func numbered(n, key int) *omnibus.Message {
+	return &omnibus.Message{
+		ID:      fmt.Sprintf("m%06d", n),
+		Key:     "k" + strconv.Itoa(key),
+		Headers: map[string]string{"n": strconv.Itoa(n)},
+		Body:    []byte("x"),
+	}
 }
 
 // orderLog records what handlers settle and checks key order as it goes,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,12 +108,7 @@ func TestPullNeverDropped(t *testing.T) {
 				ms := make([]*omnibus.Message, count)
 				for i := range ms {
 					n++
-					ms[i] = &omnibus.Message{
-						ID:      fmt.Sprintf("m%06d", n),
-						Key:     "k" + strconv.Itoa(n%keys),
-						Headers: map[string]string{"n": strconv.Itoa(n)},
-						Body:    []byte("x"),
-					}
+					ms[i] = numbered(n, n%keys)
 				}
 				if err := pub.Publish(ctx, topic, ms...); err != nil {
 					t.Fatalf("Publish: %v", err)

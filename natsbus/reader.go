@@ -368,12 +368,7 @@ func (p *pull) handBack(r *reader) {
 	for p.owed > 0 {
 		batch = p.take(batch[:0])
 		for _, m := range batch {
-			if !userMsg(m) {
-				_ = p.status(r, m)
-				continue
-			}
-			p.got()
-			_ = m.Nak()
+			p.giveBack(r, m, true)
 		}
 		if len(batch) > 0 {
 			quiet.Reset(drainQuiet)
@@ -387,6 +382,20 @@ func (p *pull) handBack(r *reader) {
 		}
 	}
 	p.close(true)
+}
+
+// giveBack counts m, a reply taken once r stopped, without holding it: a
+// status ends what its request owed, a message is given back with Nak
+// when drain, else dropped (the server sends it again after ack_wait).
+func (p *pull) giveBack(r *reader, m *nats.Msg, drain bool) {
+	if !userMsg(m) {
+		_ = p.status(r, m)
+		return
+	}
+	p.got()
+	if drain {
+		_ = m.Nak()
+	}
 }
 
 // jsMsg is a delivery read from a pull's subscription, as jetstream.Msg:
@@ -541,12 +550,7 @@ func (s *sub) read(r *reader, p *pull, reconnected <-chan nats.Status) (got bool
 		for i, m := range batch {
 			batch[i] = nil
 			if r.stopped.Load() {
-				// The pump hands back or drops the rest, counted.
-				if !userMsg(m) {
-					_ = p.status(r, m)
-				} else if p.got(); r.drain.Load() {
-					_ = m.Nak()
-				}
+				p.giveBack(r, m, r.drain.Load()) // and the pump the rest
 				continue
 			}
 			if !userMsg(m) {
