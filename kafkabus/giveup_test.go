@@ -91,6 +91,17 @@ func keysOf(p int32, n int) []string {
 // each ce_id.
 func countRecords(t *testing.T, cluster *kfake.Cluster, topic string) map[string]int {
 	t.Helper()
+	got := map[string]int{}
+	for id, rs := range readRecords(t, cluster, topic) {
+		got[id] = len(rs)
+	}
+	return got
+}
+
+// readRecords reads topic from the start on a client of its own until
+// it has seen the high watermarks, and returns the records by ce_id.
+func readRecords(t *testing.T, cluster *kfake.Cluster, topic string) map[string][]*kgo.Record {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
@@ -100,7 +111,7 @@ func countRecords(t *testing.T, cluster *kfake.Cluster, topic string) map[string
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	adm := kadmEnds(ctx, t, cl, topic)
-	got := map[string]int{}
+	got := map[string][]*kgo.Record{}
 	seen := map[int32]int64{}
 	done := func() bool {
 		for p, end := range adm {
@@ -119,7 +130,7 @@ func countRecords(t *testing.T, cluster *kfake.Cluster, topic string) map[string
 			seen[r.Partition] = r.Offset + 1
 			for _, h := range r.Headers {
 				if h.Key == "ce_id" {
-					got[string(h.Value)]++
+					got[string(h.Value)] = append(got[string(h.Value)], r)
 				}
 			}
 		})

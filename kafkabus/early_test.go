@@ -1,0 +1,279 @@
+package kafkabus_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/omnibus-go/omnibus"
+)
+
+// produceGate holds the produce requests the brokers of a cluster
+// receive while it is shut, until it opens; then the brokers handle them
+// as usual.
+type produceGate struct {
+	mu   sync.Mutex
+	shut chan struct{} // nil while open
+	held atomic.Int32  // produce requests held so far
+}
+
+func gateProduce(t *testing.T, cluster *kfake.Cluster) *produceGate {
+	g := &produceGate{}
+	cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		g.mu.Lock()
+		shut := g.shut
+		g.mu.Unlock()
+		if shut != nil {
+			g.held.Add(1)
+			cluster.SleepControl(func() { <-shut })
+		}
+		return nil, nil, false
+	})
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *produceGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut == nil {
+		g.shut = make(chan struct{})
+	}
+}
+
+func (g *produceGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut != nil {
+		close(g.shut)
+		g.shut = nil
+	}
+}
+
+// reshut opens the gate for the requests it holds and holds those that
+// come after.
+func (g *produceGate) reshut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut != nil {
+		close(g.shut)
+	}
+	g.shut = make(chan struct{})
+}
+
+// waitFor waits, a while at most, until cond holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 20s: %s", what)
+		}
+	}
+}
+
+// goroutinesIn counts the goroutines of omnibus or kafkabus running
+// function in (a part of a stack trace such as "kafkabus.(*conn).Publish(")
+// and not out ("" for any).
+func goroutinesIn(in, out string) int {
+	n := 0
+	for _, g := range ours() {
+		if strings.Contains(g, in) && (out == "" || !strings.Contains(g, out)) {
+			n++
+		}
+	}
+	return n
+}
+
+// sent is what a message was when it was published.
+type sent struct {
+	body   []byte
+	header string
+}
+
+// distinct returns n messages of key, each with a body and a header
+// of its own, and what each is, by ID.
+func distinct(prefix, key string, n int) ([]*omnibus.Message, map[string]sent) {
+	ms := make([]*omnibus.Message, n)
+	want := make(map[string]sent, n)
+	for i := range ms {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		body := bytes.Repeat([]byte(id+"."), 300/(len(id)+1))
+		ms[i] = &omnibus.Message{ID: id, Key: key, Body: body, Headers: map[string]string{"n": id}}
+		want[id] = sent{body: bytes.Clone(body), header: id}
+	}
+	return ms, want
+}
+
+// overwrite does to ms what a caller that owns its messages again may
+// do: it writes over every body's bytes, header and field.
+func overwrite(ms []*omnibus.Message) {
+	for _, m := range ms {
+		for i := range m.Body {
+			m.Body[i] = 'X'
+		}
+		m.Headers["n"] = "overwritten"
+		m.ID, m.Key, m.Type = "overwritten", "overwritten", "overwritten"
+	}
+}
+
+// checkLanded reads topic back and checks each record against what was
+// published: every record is a message as it was when published, byte
+// for byte, the messages of must exactly once, those of may (published
+// with an unknown outcome) at most once.
+func checkLanded(t *testing.T, cluster *kfake.Cluster, topic string, must, may map[string]sent) {
+	t.Helper()
+	got := readRecords(t, cluster, topic)
+	landed := 0
+	for id, rs := range got {
+		want, ok := must[id]
+		if !ok {
+			want, ok = may[id]
+		}
+		if !ok {
+			t.Errorf("a record with ce_id %q, which was not published", id)
+			continue
+		}
+		if len(rs) > 1 {
+			t.Errorf("message %s is in the topic %d times", id, len(rs))
+		}
+		for _, r := range rs {
+			var header string
+			for _, h := range r.Headers {
+				if h.Key == "ce_n" { // a header is an extension attribute
+					header = string(h.Value)
+				}
+			}
+			if !bytes.Equal(r.Value, want.body) || header != want.header {
+				t.Errorf("message %s landed as body %.40q…, header %q; published as %.40q…, %q", id, r.Value, header, want.body, want.header)
+			}
+		}
+		if _, ok := may[id]; ok {
+			landed++
+		}
+	}
+	for id := range must {
+		if len(got[id]) == 0 {
+			t.Errorf("message %s is not in the topic", id)
+		}
+	}
+	t.Logf("%d of %d messages of unknown outcome landed", landed, len(may))
+}
+
+// TestPublishReturnedEarly: once Client.Publish has returned because its
+// context ended while Kafka had not answered, nothing of omnibus or
+// franz-go reads the caller's messages any more: the caller writes over
+// their bodies, headers and fields at once and publishes others (which
+// take the record sets given back meanwhile) before the broker answers,
+// and every record that lands is a message as it was when published.
+// Run with -race: a late read of a body is a race with the caller.
+func TestPublishReturnedEarly(t *testing.T) {
+	const topic = "returned-early"
+	cluster := newCluster(t, kfake.SeedTopics(2, topic))
+	gate := gateProduce(t, cluster)
+	// Batches of one record, so that most of a publish waits in
+	// franz-go's buffer behind the requests the broker holds.
+	c := open(t, clusterURL(cluster, "max_message_bytes=512"))
+	key := keysOf(0, 1)[0]
+	warm, must := distinct("warm", key, 1)
+	if err := c.Publish(ctxT(t), topic, warm...); err != nil {
+		t.Fatalf("Publish before the gate shuts: %v", err)
+	}
+
+	gate.close()
+	early, may := distinct("early", key, 50)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() { done <- c.Publish(ctx, topic, early...) }()
+	waitFor(t, "the broker holds a produce request", func() bool { return gate.held.Load() > 0 })
+	cancel()
+	if err := <-done; !errors.Is(err, omnibus.ErrOutcomeUnknown) {
+		t.Fatalf("Publish whose context ended while the broker held its records: %v, want an error wrapping ErrOutcomeUnknown", err)
+	}
+	overwrite(early)
+
+	later, want := distinct("later", key, 50)
+	for id, s := range want {
+		must[id] = s
+	}
+	go func() { done <- c.Publish(ctxT(t), topic, later...) }()
+	gate.open()
+	if err := <-done; err != nil {
+		t.Fatalf("Publish after: %v", err)
+	}
+	checkLanded(t, cluster, topic, must, may)
+}
+
+// TestCoalescedPublishReturnedEarly: a Client.Publish sent together with
+// concurrent ones (coalesced into one producing batch) that returns when
+// its context ends, while the others keep the batch going, leaves its
+// messages to the caller as well: the records franz-go writes after it
+// returned (the broker holds the first ones) are the messages as
+// published, not what the caller wrote over them since.
+func TestCoalescedPublishReturnedEarly(t *testing.T) {
+	const topic = "coalesced-early"
+	cluster := newCluster(t, kfake.SeedTopics(2, topic))
+	gate := gateProduce(t, cluster)
+	c := open(t, clusterURL(cluster, "max_message_bytes=512"))
+	key := keysOf(0, 1)[0]
+	warm, must := distinct("warm", key, 1)
+	if err := c.Publish(ctxT(t), topic, warm...); err != nil {
+		t.Fatalf("Publish before the gate shuts: %v", err)
+	}
+
+	// Four publishes in flight, held by the broker: the next ones wait
+	// to be sent together.
+	gate.close()
+	const inflight = 4 // omnibus's coalesceInFlight
+	done := make(chan error, inflight+1)
+	for i := range inflight {
+		ms, want := distinct(fmt.Sprintf("filler%d", i), key, 1)
+		for id, s := range want {
+			must[id] = s
+		}
+		go func() { done <- c.Publish(ctxT(t), topic, ms...) }()
+	}
+	waitFor(t, "four publishes in franz-go's producer", func() bool {
+		return goroutinesIn("kafkabus.(*conn).Publish(", "") == inflight
+	})
+	early, may := distinct("early", key, 20)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	earlyDone := make(chan error, 1)
+	go func() { earlyDone <- c.Publish(ctx, topic, early...) }()
+	later, want := distinct("later", key, 20)
+	for id, s := range want {
+		must[id] = s
+	}
+	go func() { done <- c.Publish(ctxT(t), topic, later...) }()
+	waitFor(t, "two publishes waiting to be sent together", func() bool {
+		return goroutinesIn("omnibus.(*Client).send(", "kafkabus.(*conn).Publish(") == 2
+	})
+
+	// The four land; the two waiting leave together, and the broker
+	// holds their first records.
+	gate.reshut()
+	waitFor(t, "the two publishes sent together", func() bool {
+		return goroutinesIn("omnibus.(*Client).sendTogether(", "") == 1
+	})
+	cancel()
+	if err := <-earlyDone; !errors.Is(err, omnibus.ErrOutcomeUnknown) {
+		t.Fatalf("Publish whose context ended after it was sent together with another: %v, want an error wrapping ErrOutcomeUnknown", err)
+	}
+	overwrite(early)
+	gate.open()
+	for range inflight + 1 {
+		if err := <-done; err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+	}
+	checkLanded(t, cluster, topic, must, may)
+}
