@@ -266,6 +266,11 @@ func (c *Client) Driver() driver.Conn { return c.conn }
 // When some messages of the batch fail, Publish returns a *PublishError
 // listing them; the others landed. Any other error means no message can
 // be assumed to have landed.
+//
+// Once Publish has returned, even because ctx ended while the transport
+// still had the messages in flight, nothing reads msgs any more: the
+// caller may change or reuse them, and a message that lands later lands
+// as it was given.
 func (c *Client) Publish(ctx context.Context, topic string, msgs ...*Message) error {
 	if err := c.prepare(topic, msgs, time.Now()); err != nil || len(msgs) == 0 {
 		return err

@@ -6,11 +6,17 @@ package omnibus
 // topic and options at most, ending when none waits). Each caller gets
 // its own messages' errors back. Client.sendMu guards the queues; the
 // driver is called with no lock held.
+//
+// A caller whose ctx ends after its call was taken returns at once while
+// the sender's driver publish goes on for the others: a call that may end
+// so carries copies of its messages' bodies and headers, made before it
+// waits, so that the driver reads none of the caller's once it returned.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 
@@ -73,6 +79,9 @@ func (c *Client) send(ctx context.Context, topic string, ms []*driver.Message, o
 		c.sendMu.Unlock()
 		return err
 	}
+	if ctx.Done() != nil {
+		ms = detached(ms)
+	}
 	call := &sendCall{ctx: ctx, ms: ms, done: make(chan struct{})}
 	q.calls = append(q.calls, call)
 	c.kickLocked(key, q)
@@ -96,6 +105,30 @@ func (c *Client) send(ctx context.Context, topic string, ms []*driver.Message, o
 		return fmt.Errorf("%d message(s) not sent: %w", len(ms), ctx.Err())
 	}
 	return fmt.Errorf("%d message(s): %w: %w", len(ms), driver.ErrOutcomeUnknown, ctx.Err())
+}
+
+// detached returns copies of ms with bodies and headers of their own: one
+// array for every body, one for the messages, a map a message with
+// headers.
+func detached(ms []*driver.Message) []*driver.Message {
+	n := 0
+	for _, m := range ms {
+		n += len(m.Body)
+	}
+	bodies := make([]byte, 0, n)
+	cs := make([]driver.Message, len(ms))
+	out := make([]*driver.Message, len(ms))
+	for i, m := range ms {
+		cs[i] = *m
+		if m.Body != nil {
+			at := len(bodies)
+			bodies = append(bodies, m.Body...)
+			cs[i].Body = bodies[at:len(bodies):len(bodies)]
+		}
+		cs[i].Headers = maps.Clone(m.Headers)
+		out[i] = &cs[i]
+	}
+	return out
 }
 
 // kickLocked starts the sender when calls wait and there is room in

@@ -106,7 +106,10 @@ type Conn interface {
 	// Publish sends msgs to topic and waits for the durability asked for.
 	// When the transport can fail one message of a batch, the driver
 	// returns a *MessageErrors with one entry per message (nil for those that
-	// landed); any other error applies to every message.
+	// landed); any other error applies to every message. Once Publish has
+	// returned, even because ctx ended while the transport still has the
+	// messages in flight, the driver reads nothing of msgs (their bodies
+	// and headers above all): the caller may reuse them.
 	Publish(ctx context.Context, topic string, msgs []*Message, opts PublishOptions) error
 
 	// Subscribe joins the consumer group opts.Group on topic. The returned
@@ -126,7 +129,7 @@ type Conn interface {
 // client's buffer, bounded by ctx); done is then called once, on one of
 // the client's goroutines, with what Publish would have returned. done
 // must not block. An error from Queue means nothing was queued and done
-// is not called.
+// is not called. The driver may read msgs until it calls done, not after.
 //
 // The portable layer's Publisher queues its batches through it instead
 // of waiting for each (a Publish per batch), and does not publish again

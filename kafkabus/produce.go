@@ -124,7 +124,8 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	}
 	// kgo looks at ctx only between requests; Publish returns when ctx
 	// ends even while a broker does not answer. The records then fail
-	// inside kgo (cancellation of idempotent records is allowed).
+	// inside kgo (cancellation of idempotent records is allowed), unsent
+	// if not sent yet: their bodies, the caller's, are not read again.
 	select {
 	case err := <-done:
 		return err
@@ -144,7 +145,10 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 // records that failed reported one by one in a *driver.MessageErrors.
 // franz-go's producer keeps a partition's records in order across its
 // retries (idempotently at durability all), for as long as
-// delivery_timeout.
+// delivery_timeout. A record holds copies of its message's fields, its
+// body apart: once Queue returns, only franz-go reads a message's body,
+// until the record's promise (a record whose ctx ended is failed before
+// it would be written again, see Publish).
 func (c *conn) Queue(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions, done func(error)) error {
 	if err := c.checkOpen("publish", topic); err != nil {
 		return err
@@ -165,7 +169,7 @@ func (c *conn) Queue(ctx context.Context, topic string, msgs []*driver.Message, 
 	if err != nil {
 		return fmt.Errorf("kafkabus: publish %q: %w", topic, err)
 	}
-	b := &queued{c: c, topic: topic, msgs: msgs, done: done, set: recordSets.Get().(*recordSet)}
+	b := &queued{c: c, topic: topic, n: len(msgs), done: done, set: recordSets.Get().(*recordSet)}
 	b.left.Store(int64(len(msgs)))
 	rs := b.set.fill(topic, msgs)
 	promise := b.promise // one closure for the batch, not one a record
@@ -181,7 +185,7 @@ func (c *conn) Queue(ctx context.Context, topic string, msgs []*driver.Message, 
 type queued struct {
 	c     *conn
 	topic string
-	msgs  []*driver.Message
+	n     int // records
 	done  func(error)
 	set   *recordSet // the records, given back after done
 	left  atomic.Int64
@@ -218,10 +222,12 @@ func (b *queued) settle(i int, err error) {
 			// already, which a broker may have written.
 			cerr = fmt.Errorf("%w: %w", cerr, driver.ErrOutcomeUnknown)
 		}
-		err = fmt.Errorf("kafkabus: publish %q: message %q: %w", b.topic, b.msgs[i].ID, cerr)
+		// The ID from the record: the messages are no longer read once
+		// Queue returned (their publish may have returned since).
+		err = fmt.Errorf("kafkabus: publish %q: message %q: %w", b.topic, recordID(&b.set.rs[i]), cerr)
 		b.mu.Lock()
 		if b.errs == nil {
-			b.errs = make([]error, len(b.msgs))
+			b.errs = make([]error, b.n)
 		}
 		b.errs[i] = err
 		b.mu.Unlock()
@@ -240,6 +246,16 @@ func (b *queued) settle(i int, err error) {
 		return
 	}
 	b.done(nil)
+}
+
+// recordID is the ce_id of a record fill made.
+func recordID(r *kgo.Record) string {
+	for _, h := range r.Headers {
+		if h.Key == HeaderID {
+			return string(h.Value)
+		}
+	}
+	return ""
 }
 
 // laneName is the lane id of partition p.
