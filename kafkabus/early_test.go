@@ -277,3 +277,115 @@ func TestCoalescedPublishReturnedEarly(t *testing.T) {
 	}
 	checkLanded(t, cluster, topic, must, may)
 }
+
+// TestPublisherResultsLeaveMessages: a Publisher's message is the
+// caller's again once its result is ready, whichever way it ended. On a
+// broker that holds every produce request, with room in franz-go's buffer
+// for a few records: the first messages are in flight, the next wait in
+// franz-go's buffer or in the Publisher's queue, some of those with
+// contexts that end there; Close's context ends. The caller writes over
+// each message the moment its result is ready, while a second Publisher
+// (taking the batch arrays and record sets given back) publishes others;
+// then the broker answers. Every record that lands is a message as
+// published: none whose context ended before it was sent, those of
+// unknown outcome at most once, the landed and the second Publisher's
+// exactly once.
+func TestPublisherResultsLeaveMessages(t *testing.T) {
+	const topic = "publisher-early"
+	cluster := newCluster(t, kfake.SeedTopics(2, topic))
+	gate := gateProduce(t, cluster)
+	c := open(t, clusterURL(cluster, "max_message_bytes=512&max_buffered_records=10"))
+	key := keysOf(0, 1)[0]
+	warm, must := distinct("warm", key, 1)
+	if err := c.Publish(ctxT(t), topic, warm...); err != nil {
+		t.Fatalf("Publish before the gate shuts: %v", err)
+	}
+
+	gate.close()
+	p, err := c.Publisher(omnibus.BatchSize(5, 1<<20), omnibus.Senders(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type given struct {
+		m       *omnibus.Message
+		r       *omnibus.PublishResult
+		dropped bool // its context ended before it could be sent
+		reused  chan struct{}
+	}
+	var gs []*given
+	publish := func(ctx context.Context, ms []*omnibus.Message, dropped bool) {
+		for _, m := range ms {
+			r, err := p.Publish(ctx, topic, m)
+			if err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			g := &given{m: m, r: r, dropped: dropped, reused: make(chan struct{})}
+			gs = append(gs, g)
+			go func() {
+				<-r.Ready()
+				overwrite([]*omnibus.Message{g.m})
+				close(g.reused)
+			}()
+		}
+	}
+	first, published := distinct("first", key, 30)
+	publish(ctxT(t), first[:20], false)
+	waitFor(t, "the broker holds a produce request", func() bool { return gate.held.Load() > 0 })
+	ctx, cancel := context.WithCancel(ctxT(t))
+	publish(ctx, first[20:], true)
+	cancel()
+
+	closeCtx, stop := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer stop()
+	if err := p.Close(closeCtx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close while the broker holds every request: %v, want the context's error", err)
+	}
+	may := map[string]sent{}
+	var dropped, unknown int
+	for _, g := range gs {
+		<-g.reused
+		id := g.r.ID()
+		switch err := g.r.Err(); {
+		case err == nil:
+			t.Errorf("message %s landed while the broker held every request", id)
+		case g.dropped && errors.Is(err, context.Canceled) && !errors.Is(err, omnibus.ErrOutcomeUnknown):
+			dropped++ // not sent: it must not land
+		case errors.Is(err, omnibus.ErrOutcomeUnknown):
+			unknown++
+			may[id] = published[id]
+		default:
+			t.Errorf("message %s (context ended before it was sent: %v): %v", id, g.dropped, err)
+		}
+	}
+	t.Logf("%d messages of unknown outcome, %d not sent", unknown, dropped)
+	if dropped == 0 {
+		t.Error("no message whose context ended was left unsent: they all left before it ended")
+	}
+
+	p2, err := c.Publisher(omnibus.BatchSize(5, 1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, want := distinct("later", key, 30)
+	for id, s := range want {
+		must[id] = s
+	}
+	var rs []*omnibus.PublishResult
+	for _, m := range later {
+		r, err := p2.Publish(ctxT(t), topic, m)
+		if err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+		rs = append(rs, r)
+	}
+	gate.open()
+	if err := p2.Close(ctxT(t)); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for i, r := range rs {
+		if err := r.Err(); err != nil {
+			t.Errorf("message %d of the second Publisher: %v", i, err)
+		}
+	}
+	checkLanded(t, cluster, topic, must, may)
+}
