@@ -46,10 +46,10 @@ var starve atomic.Pointer[func()]
 //
 // Goroutines: run (owned by the publisher, ended by stop) opens the
 // channel, runs the confirm loop, and fails what a dead channel left
-// unconfirmed. A Publish whose ctx can end writes on a goroutine of
-// conn.await, so that it returns at its deadline while a write is stuck
-// on a connection the server blocks; the others write on the caller's
-// goroutine.
+// unconfirmed. A Publish whose ctx can end writes copies of its bodies
+// on a goroutine of conn.await, so that it returns at its deadline while
+// a write is stuck on a connection the server blocks, and leaves the
+// caller its messages; the others write on the caller's goroutine.
 //
 // Lock order: sendMu before pendMu. sendMu (a channel, so that waiting
 // for it honours ctx) serializes sends: a delivery tag is the channel's
@@ -145,6 +145,20 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	max := p.limit()
 	b := &pbatch{errs: make([]error, len(msgs)), done: make(chan struct{})}
 	pms := make([]*pmsg, 0, len(msgs))
+	// A Publish whose ctx can end writes on a goroutine of conn.await and
+	// returns when ctx ends, even halfway through a body stuck on the
+	// socket (the server stopped reading); the rest of that body goes out
+	// once the socket drains. The bodies are copied, one array for the
+	// batch, so that what goes out then is the message as published, not
+	// what the caller has put in its place since.
+	var bodies []byte
+	if ctx.Done() != nil {
+		n := 0
+		for _, m := range msgs {
+			n += len(m.Body)
+		}
+		bodies = make([]byte, 0, n)
+	}
 	failed := false
 	for i, m := range msgs {
 		if len(m.Body) > max {
@@ -157,14 +171,20 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 			failed = true
 			continue
 		}
-		pms = append(pms, &pmsg{
+		pm := &pmsg{
 			exchange:  topic,
 			key:       routingKey(m),
 			mandatory: confirm && c.cfg.mandatory,
 			pub:       encode(m, confirm, 0, false),
 			b:         b,
 			i:         i,
-		})
+		}
+		if bodies != nil && m.Body != nil {
+			at := len(bodies)
+			bodies = append(bodies, m.Body...)
+			pm.pub.Body = bodies[at:len(bodies):len(bodies)]
+		}
+		pms = append(pms, pm)
 	}
 	if err := p.publish(ctx, topic, pms, b, confirm); err != nil {
 		return err
