@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // produceGate holds the produce requests the brokers of a cluster
@@ -69,16 +70,6 @@ func (g *produceGate) reshut() {
 		close(g.shut)
 	}
 	g.shut = make(chan struct{})
-}
-
-// waitFor waits, a while at most, until cond holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 20s: %s", what)
-		}
-	}
 }
 
 // goroutinesIn counts the goroutines of omnibus or kafkabus running
@@ -194,7 +185,7 @@ func TestPublishReturnedEarly(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctxT(t))
 	done := make(chan error, 1)
 	go func() { done <- c.Publish(ctx, topic, early...) }()
-	waitFor(t, "the broker holds a produce request", func() bool { return gate.held.Load() > 0 })
+	transporttest.Eventually(t, 20*time.Second, func() bool { return gate.held.Load() > 0 }, func() string { return "the broker holds a produce request" })
 	cancel()
 	if err := <-done; !errors.Is(err, omnibus.ErrOutcomeUnknown) {
 		t.Fatalf("Publish whose context ended while the broker held its records: %v, want an error wrapping ErrOutcomeUnknown", err)
@@ -242,9 +233,9 @@ func TestCoalescedPublishReturnedEarly(t *testing.T) {
 		}
 		go func() { done <- c.Publish(ctxT(t), topic, ms...) }()
 	}
-	waitFor(t, "four publishes in franz-go's producer", func() bool {
+	transporttest.Eventually(t, 20*time.Second, func() bool {
 		return goroutinesIn("kafkabus.(*conn).Publish(", "") == inflight
-	})
+	}, func() string { return "four publishes in franz-go's producer" })
 	early, may := distinct("early", key, 20)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	earlyDone := make(chan error, 1)
@@ -254,16 +245,16 @@ func TestCoalescedPublishReturnedEarly(t *testing.T) {
 		must[id] = s
 	}
 	go func() { done <- c.Publish(ctxT(t), topic, later...) }()
-	waitFor(t, "two publishes waiting to be sent together", func() bool {
+	transporttest.Eventually(t, 20*time.Second, func() bool {
 		return goroutinesIn("omnibus.(*Client).send(", "kafkabus.(*conn).Publish(") == 2
-	})
+	}, func() string { return "two publishes waiting to be sent together" })
 
 	// The four land; the two waiting leave together, and the broker
 	// holds their first records.
 	gate.reshut()
-	waitFor(t, "the two publishes sent together", func() bool {
+	transporttest.Eventually(t, 20*time.Second, func() bool {
 		return goroutinesIn("omnibus.(*Client).sendTogether(", "") == 1
-	})
+	}, func() string { return "the two publishes sent together" })
 	cancel()
 	if err := <-earlyDone; !errors.Is(err, omnibus.ErrOutcomeUnknown) {
 		t.Fatalf("Publish whose context ended after it was sent together with another: %v, want an error wrapping ErrOutcomeUnknown", err)
@@ -330,7 +321,7 @@ func TestPublisherResultsLeaveMessages(t *testing.T) {
 	}
 	first, published := distinct("first", key, 30)
 	publish(ctxT(t), first[:20], false)
-	waitFor(t, "the broker holds a produce request", func() bool { return gate.held.Load() > 0 })
+	transporttest.Eventually(t, 20*time.Second, func() bool { return gate.held.Load() > 0 }, func() string { return "the broker holds a produce request" })
 	ctx, cancel := context.WithCancel(ctxT(t))
 	publish(ctx, first[20:], true)
 	cancel()
