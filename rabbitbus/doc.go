@@ -162,8 +162,9 @@
 // when the block comes goes on in the background and the rest of its
 // batch is not sent: a Publish that returned an error may still have
 // stored some of its messages, as they were given (it writes copies of
-// the bodies, so the caller may reuse its messages at once). Close drops a blocked connection at once
-// (a healthy one gets up to a second to answer connection.close).
+// the bodies, so the caller may reuse its messages at once). Close drops
+// a blocked connection at once (a healthy one gets up to a second to
+// answer connection.close).
 // Consuming and acknowledging use the other connection, which the server
 // does not block.
 //
