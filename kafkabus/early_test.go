@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,9 +14,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/kafkabus"
 	"github.com/omnibus-go/omnibus/transporttest"
 )
 
@@ -377,6 +381,112 @@ func TestPublisherResultsLeaveMessages(t *testing.T) {
 		if err := r.Err(); err != nil {
 			t.Errorf("message %d of the second Publisher: %v", i, err)
 		}
+	}
+	checkLanded(t, cluster, topic, must, may)
+}
+
+// stallDialer dials as net.Dialer does, and while stalled its
+// connections' writes wait, as on a socket the broker stopped reading:
+// what franz-go has written so far is on the wire, what it writes next
+// waits in Write, and the requests behind wait their turn to be written.
+type stallDialer struct {
+	mu      sync.Mutex
+	stall   chan struct{} // nil while writes go through
+	waiting atomic.Int32  // writes waiting
+}
+
+func (d *stallDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &stallConn{Conn: conn, d: d}, nil
+}
+
+func (d *stallDialer) set(stalled bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case stalled && d.stall == nil:
+		d.stall = make(chan struct{})
+	case !stalled && d.stall != nil:
+		close(d.stall)
+		d.stall = nil
+	}
+}
+
+type stallConn struct {
+	net.Conn
+	d *stallDialer
+}
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	c.d.mu.Lock()
+	stall := c.d.stall
+	c.d.mu.Unlock()
+	if stall != nil {
+		c.d.waiting.Add(1)
+		<-stall
+		c.d.waiting.Add(-1)
+	}
+	return c.Conn.Write(p)
+}
+
+// TestPublishReturnedWhileWriteStuck: a Client.Publish that returns when
+// its context ends while franz-go's writes to the broker are stuck (the
+// first produce request in Write, the next ones waiting to be written)
+// leaves its messages to the caller: once the socket drains, what
+// franz-go writes of them is the messages as published, not what the
+// caller wrote over them since. franz-go keeps this: it fails, unsent,
+// the requests of records whose context ended (kafkabus asks for that
+// with AllowIdempotentProduceCancellation; without it, 5 or 6 of the 8
+// messages landed with the caller's new bodies).
+func TestPublishReturnedWhileWriteStuck(t *testing.T) {
+	const topic = "write-stuck"
+	cluster := newCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(2, topic))
+	dialer := &stallDialer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := omnibus.Open(ctx, clusterURL(cluster, "max_message_bytes=512"),
+		omnibus.WithDriver(kafkabus.New(kafkabus.WithClientOpts(kgo.Dialer(dialer.DialContext)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	key := keysOf(0, 1)[0]
+	warm, must := distinct("warm", key, 1)
+	if err := c.Publish(ctxT(t), topic, warm...); err != nil {
+		t.Fatalf("Publish before the writes stall: %v", err)
+	}
+
+	dialer.set(true)
+	defer dialer.set(false)
+	may := map[string]sent{}
+	done := make(chan error, 8)
+	var early [][]*omnibus.Message
+	for i := range 8 { // one record a batch: several requests, one stuck in Write and the others behind it
+		ms, want := distinct(fmt.Sprintf("early%d", i), key, 1)
+		maps.Copy(may, want)
+		early = append(early, ms)
+		ctx, cancel := context.WithTimeout(ctxT(t), 500*time.Millisecond)
+		defer cancel()
+		go func() { done <- c.Publish(ctx, topic, ms...) }()
+	}
+	transporttest.Eventually(t, 20*time.Second, func() bool { return dialer.waiting.Load() > 0 },
+		func() string { return "a produce request stuck in Write" })
+	for range early {
+		if err := <-done; err == nil {
+			t.Fatal("Publish returned nil while its request could not be written")
+		}
+	}
+	for _, ms := range early {
+		overwrite(ms)
+	}
+	dialer.set(false)
+	later, want := distinct("later", key, 5)
+	maps.Copy(must, want)
+	if err := c.Publish(ctxT(t), topic, later...); err != nil {
+		t.Fatalf("Publish after the writes go through again: %v", err)
 	}
 	checkLanded(t, cluster, topic, must, may)
 }
