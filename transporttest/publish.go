@@ -92,11 +92,17 @@ func (s *suite) testBodies(t *testing.T) {
 	stop := run(t, k)
 	ids := map[string]string{}
 	for name, b := range bodies {
-		m := &omnibus.Message{Body: b}
+		m := &omnibus.Message{Body: bytes.Clone(b), Headers: map[string]string{"body": name}}
 		if err := pub.Publish(ctxT(t), topic, m); err != nil {
 			t.Fatalf("Publish %s body: %v", name, err)
 		}
 		ids[name] = m.ID
+		// The message is the caller's again: what landed must not change
+		// with it.
+		for i := range m.Body {
+			m.Body[i] ^= 0xff
+		}
+		m.Headers["body"] = "written over"
 	}
 	Eventually(t, timeout, func() bool { return col.unique() == len(bodies) }, func() string {
 		return fmt.Sprintf("received %d of %d bodies", col.unique(), len(bodies))
@@ -105,6 +111,9 @@ func (s *suite) testBodies(t *testing.T) {
 	for name, id := range ids {
 		if got := col.msgs[id].Body; !bytes.Equal(got, bodies[name]) {
 			t.Errorf("%s body: got %d bytes %.32q, want %d bytes %.32q", name, len(got), got, len(bodies[name]), bodies[name])
+		}
+		if got := col.msgs[id].Headers["body"]; got != name {
+			t.Errorf("%s body: header %q, want %q", name, got, name)
 		}
 	}
 }
@@ -145,6 +154,7 @@ func (s *suite) testPublisher(t *testing.T) {
 	const n, keys = 3000, 50
 	max := pub.Capabilities().MaxMessageBytes
 	var ids []string
+	var msgs []*omnibus.Message
 	var results []*omnibus.PublishResult
 	var big *omnibus.PublishResult
 	for i := range n {
@@ -158,7 +168,7 @@ func (s *suite) testPublisher(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Publisher.Publish %d: %v", i, err)
 		}
-		ids, results = append(ids, m.ID), append(results, r)
+		ids, msgs, results = append(ids, m.ID), append(msgs, m), append(results, r)
 		if i == n/2 && max > 0 {
 			if big, err = p.Publish(ctxT(t), topic, &omnibus.Message{Key: m.Key, Body: make([]byte, max+1)}); err != nil {
 				t.Fatalf("Publisher.Publish (oversized): %v", err)
@@ -176,7 +186,18 @@ func (s *suite) testPublisher(t *testing.T) {
 	if big != nil && !errors.Is(big.Err(), omnibus.ErrTooLarge) {
 		t.Errorf("oversized message: got %v, want ErrTooLarge", big.Err())
 	}
+	// With their results ready the messages are the caller's again:
+	// what landed must not change with them.
+	for _, m := range msgs {
+		m.Body[0] = 'y'
+		m.Headers[headerSeq] = "written over"
+	}
 	col.await(t, ids)
 	stop()
 	col.check(t, orderOf(pub), false)
+	for _, id := range ids {
+		if got := col.msgs[id].Body; string(got) != "x" {
+			t.Fatalf("message %s: body %q, want \"x\"", id, got)
+		}
+	}
 }
