@@ -164,6 +164,18 @@ func checkLanded(t *testing.T, cluster *kfake.Cluster, topic string, must, may m
 	t.Logf("%d of %d messages of unknown outcome landed", landed, len(may))
 }
 
+// warmUp publishes one message of key to topic, before the test holds
+// anything back (the client has its connections and metadata), and
+// returns it as the first of the messages that must land.
+func warmUp(t *testing.T, c *omnibus.Client, topic, key string) map[string]sent {
+	t.Helper()
+	warm, must := distinct("warm", key, 1)
+	if err := c.Publish(ctxT(t), topic, warm...); err != nil {
+		t.Fatalf("Publish before the test holds anything back: %v", err)
+	}
+	return must
+}
+
 // TestPublishReturnedEarly: once Client.Publish has returned because its
 // context ended while Kafka had not answered, nothing of omnibus or
 // franz-go reads the caller's messages any more: the caller writes over
@@ -179,10 +191,7 @@ func TestPublishReturnedEarly(t *testing.T) {
 	// franz-go's buffer behind the requests the broker holds.
 	c := open(t, clusterURL(cluster, "max_message_bytes=512"))
 	key := keysOf(0, 1)[0]
-	warm, must := distinct("warm", key, 1)
-	if err := c.Publish(ctxT(t), topic, warm...); err != nil {
-		t.Fatalf("Publish before the gate shuts: %v", err)
-	}
+	must := warmUp(t, c, topic, key)
 
 	gate.close()
 	early, may := distinct("early", key, 50)
@@ -197,9 +206,7 @@ func TestPublishReturnedEarly(t *testing.T) {
 	overwrite(early)
 
 	later, want := distinct("later", key, 50)
-	for id, s := range want {
-		must[id] = s
-	}
+	maps.Copy(must, want)
 	go func() { done <- c.Publish(ctxT(t), topic, later...) }()
 	gate.open()
 	if err := <-done; err != nil {
@@ -220,10 +227,7 @@ func TestCoalescedPublishReturnedEarly(t *testing.T) {
 	gate := gateProduce(t, cluster)
 	c := open(t, clusterURL(cluster, "max_message_bytes=512"))
 	key := keysOf(0, 1)[0]
-	warm, must := distinct("warm", key, 1)
-	if err := c.Publish(ctxT(t), topic, warm...); err != nil {
-		t.Fatalf("Publish before the gate shuts: %v", err)
-	}
+	must := warmUp(t, c, topic, key)
 
 	// Four publishes in flight, held by the broker: the next ones wait
 	// to be sent together.
@@ -232,9 +236,7 @@ func TestCoalescedPublishReturnedEarly(t *testing.T) {
 	done := make(chan error, inflight+1)
 	for i := range inflight {
 		ms, want := distinct(fmt.Sprintf("filler%d", i), key, 1)
-		for id, s := range want {
-			must[id] = s
-		}
+		maps.Copy(must, want)
 		go func() { done <- c.Publish(ctxT(t), topic, ms...) }()
 	}
 	transporttest.Eventually(t, 20*time.Second, func() bool {
@@ -245,9 +247,7 @@ func TestCoalescedPublishReturnedEarly(t *testing.T) {
 	earlyDone := make(chan error, 1)
 	go func() { earlyDone <- c.Publish(ctx, topic, early...) }()
 	later, want := distinct("later", key, 20)
-	for id, s := range want {
-		must[id] = s
-	}
+	maps.Copy(must, want)
 	go func() { done <- c.Publish(ctxT(t), topic, later...) }()
 	transporttest.Eventually(t, 20*time.Second, func() bool {
 		return goroutinesIn("omnibus.(*Client).send(", "kafkabus.(*conn).Publish(") == 2
@@ -291,10 +291,7 @@ func TestPublisherResultsLeaveMessages(t *testing.T) {
 	gate := gateProduce(t, cluster)
 	c := open(t, clusterURL(cluster, "max_message_bytes=512&max_buffered_records=10"))
 	key := keysOf(0, 1)[0]
-	warm, must := distinct("warm", key, 1)
-	if err := c.Publish(ctxT(t), topic, warm...); err != nil {
-		t.Fatalf("Publish before the gate shuts: %v", err)
-	}
+	must := warmUp(t, c, topic, key)
 
 	gate.close()
 	p, err := c.Publisher(omnibus.BatchSize(5, 1<<20), omnibus.Senders(1))
@@ -362,9 +359,7 @@ func TestPublisherResultsLeaveMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	later, want := distinct("later", key, 30)
-	for id, s := range want {
-		must[id] = s
-	}
+	maps.Copy(must, want)
 	var rs []*omnibus.PublishResult
 	for _, m := range later {
 		r, err := p2.Publish(ctxT(t), topic, m)
@@ -454,10 +449,7 @@ func TestPublishReturnedWhileWriteStuck(t *testing.T) {
 	}
 	defer c.Close()
 	key := keysOf(0, 1)[0]
-	warm, must := distinct("warm", key, 1)
-	if err := c.Publish(ctxT(t), topic, warm...); err != nil {
-		t.Fatalf("Publish before the writes stall: %v", err)
-	}
+	must := warmUp(t, c, topic, key)
 
 	dialer.set(true)
 	defer dialer.set(false)
