@@ -35,7 +35,7 @@ const (
 // record turns m into a Kafka record of topic.
 func record(topic string, m *driver.Message) *kgo.Record {
 	var s recordSet
-	return &s.fill(topic, []*driver.Message{m})[0]
+	return &s.fill(topic, []*driver.Message{m}, false)[0]
 }
 
 // recordSet holds the records of a batch, their headers, and the bytes
@@ -56,10 +56,12 @@ var recordSets = sync.Pool{New: func() any { return new(recordSet) }}
 
 // fill turns msgs into Kafka records of topic, in s's arrays (grown as
 // needed), and returns them. A value appended after a buffer grew stays
-// where it was written.
-func (s *recordSet) fill(topic string, msgs []*driver.Message) []kgo.Record {
-	nh, nb := 0, 0
+// where it was written. A record's value is its message's body, or a
+// copy of it when copyBodies.
+func (s *recordSet) fill(topic string, msgs []*driver.Message, copyBodies bool) []kgo.Record {
+	nh, nb, nv := 0, 0, 0
 	for _, m := range msgs {
+		nv += len(m.Body)
 		nh += 7 + len(m.Headers)
 		nb += len(driver.SpecVersion) + len(m.ID) + len(m.Type) + len(m.Source) + 2*len(m.Key) + len(time.RFC3339Nano) + len(m.ContentType)
 		for _, v := range m.Headers {
@@ -76,6 +78,10 @@ func (s *recordSet) fill(topic string, msgs []*driver.Message) []kgo.Record {
 		s.buf = make([]byte, 0, nb)
 	}
 	rs, hs, buf := s.rs[:len(msgs)], s.hs[:0], s.buf[:0]
+	var bodies []byte // not pooled: a copy outlives the set only in franz-go's hands, until it is garbage
+	if copyBodies {
+		bodies = make([]byte, 0, nv)
+	}
 	for i, m := range msgs {
 		first := len(hs)
 		buf = driver.KafkaBinding.EncodeAppend(buf, m, func(name string, value []byte) {
@@ -92,6 +98,11 @@ func (s *recordSet) fill(topic string, msgs []*driver.Message) []kgo.Record {
 			at := len(buf)
 			buf = append(buf, m.Key...)
 			r.Key = buf[at:len(buf):len(buf)]
+		}
+		if copyBodies && len(m.Body) > 0 {
+			at := len(bodies)
+			bodies = append(bodies, m.Body...)
+			r.Value = bodies[at:len(bodies):len(bodies)]
 		}
 		if r.Value == nil {
 			r.Value = []byte{} // an empty body, not a tombstone
@@ -119,13 +130,15 @@ func (s *recordSet) release() {
 // in a *driver.MessageErrors.
 func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions) error {
 	done := make(chan error, 1)
-	if err := c.Queue(ctx, topic, msgs, opts, func(err error) { done <- err }); err != nil {
+	// A Publish whose ctx can end returns when it ends, even while a
+	// broker does not answer (kgo looks at ctx only between requests).
+	// kgo then fails, unsent, the records it has not begun to write
+	// (cancellation of idempotent records is allowed); one whose request
+	// it was writing as ctx ended is still read after Publish returned, so
+	// such records carry copies of their bodies.
+	if err := c.queue(ctx, topic, msgs, opts, func(err error) { done <- err }, ctx.Done() != nil); err != nil {
 		return err
 	}
-	// kgo looks at ctx only between requests; Publish returns when ctx
-	// ends even while a broker does not answer. The records then fail
-	// inside kgo (cancellation of idempotent records is allowed), unsent
-	// if not sent yet: their bodies, the caller's, are not read again.
 	select {
 	case err := <-done:
 		return err
@@ -147,9 +160,14 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 // retries (idempotently at durability all), for as long as
 // delivery_timeout. A record holds copies of its message's fields, its
 // body apart: once Queue returns, only franz-go reads a message's body,
-// until the record's promise (a record whose ctx ended is failed before
-// it would be written again, see Publish).
+// until the record's promise.
 func (c *conn) Queue(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions, done func(error)) error {
+	return c.queue(ctx, topic, msgs, opts, done, false)
+}
+
+// queue is Queue, with the records' bodies copies of the messages' when
+// copyBodies.
+func (c *conn) queue(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions, done func(error), copyBodies bool) error {
 	if err := c.checkOpen("publish", topic); err != nil {
 		return err
 	}
@@ -171,7 +189,7 @@ func (c *conn) Queue(ctx context.Context, topic string, msgs []*driver.Message, 
 	}
 	b := &queued{c: c, topic: topic, n: len(msgs), done: done, set: recordSets.Get().(*recordSet)}
 	b.left.Store(int64(len(msgs)))
-	rs := b.set.fill(topic, msgs)
+	rs := b.set.fill(topic, msgs, copyBodies)
 	promise := b.promise // one closure for the batch, not one a record
 	for i := range rs {
 		p.Produce(ctx, &rs[i], promise)
