@@ -111,20 +111,12 @@ func (c *Client) send(ctx context.Context, topic string, ms []*driver.Message, o
 // array for every body, one for the messages, a map a message with
 // headers.
 func detached(ms []*driver.Message) []*driver.Message {
-	n := 0
-	for _, m := range ms {
-		n += len(m.Body)
-	}
-	bodies := make([]byte, 0, n)
+	bodies := driver.CopyBodies(ms)
 	cs := make([]driver.Message, len(ms))
 	out := make([]*driver.Message, len(ms))
 	for i, m := range ms {
 		cs[i] = *m
-		if m.Body != nil {
-			at := len(bodies)
-			bodies = append(bodies, m.Body...)
-			cs[i].Body = bodies[at:len(bodies):len(bodies)]
-		}
+		cs[i].Body = bodies[i]
 		cs[i].Headers = maps.Clone(m.Headers)
 		out[i] = &cs[i]
 	}

@@ -217,3 +217,24 @@ func Balance(self string, members, owners []string, mine []bool) (claim []int, r
 	}
 	return nil, -1, false
 }
+
+// CopyBodies returns copies of msgs' bodies, all in one array (a nil
+// body stays nil): what a driver hands its client instead of the
+// caller's bodies when the client may read them after Publish returned,
+// which Conn.Publish must not let happen.
+func CopyBodies(msgs []*Message) [][]byte {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Body)
+	}
+	all := make([]byte, 0, n)
+	out := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		if m.Body != nil {
+			at := len(all)
+			all = append(all, m.Body...)
+			out[i] = all[at:len(all):len(all)]
+		}
+	}
+	return out
+}

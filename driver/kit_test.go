@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync/atomic"
@@ -158,5 +159,24 @@ func TestShift(t *testing.T) {
 	}
 	if out := driver.Shift(&buf, 1); len(out) != 1 || out[0] != c || buf != nil {
 		t.Fatalf("the last Shift = %v, buffer %v; want [c] and no array", out, buf)
+	}
+}
+
+func TestCopyBodies(t *testing.T) {
+	msgs := []*driver.Message{{Body: []byte("one")}, {}, {Body: []byte{}}, {Body: []byte("three")}}
+	got := driver.CopyBodies(msgs)
+	for _, m := range msgs {
+		for i := range m.Body {
+			m.Body[i] = 'x'
+		}
+	}
+	want := [][]byte{[]byte("one"), nil, {}, []byte("three")}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) || (got[i] == nil) != (want[i] == nil) {
+			t.Errorf("body %d: got %q (nil %t), want %q (nil %t)", i, got[i], got[i] == nil, want[i], want[i] == nil)
+		}
+	}
+	if got[0] = append(got[0], '!'); string(got[3]) != "three" {
+		t.Errorf("appending to one copy wrote over the next: %q", got[3])
 	}
 }

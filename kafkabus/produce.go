@@ -59,9 +59,8 @@ var recordSets = sync.Pool{New: func() any { return new(recordSet) }}
 // where it was written. A record's value is its message's body, or a
 // copy of it when copyBodies.
 func (s *recordSet) fill(topic string, msgs []*driver.Message, copyBodies bool) []kgo.Record {
-	nh, nb, nv := 0, 0, 0
+	nh, nb := 0, 0
 	for _, m := range msgs {
-		nv += len(m.Body)
 		nh += 7 + len(m.Headers)
 		nb += len(driver.SpecVersion) + len(m.ID) + len(m.Type) + len(m.Source) + 2*len(m.Key) + len(time.RFC3339Nano) + len(m.ContentType)
 		for _, v := range m.Headers {
@@ -78,9 +77,9 @@ func (s *recordSet) fill(topic string, msgs []*driver.Message, copyBodies bool) 
 		s.buf = make([]byte, 0, nb)
 	}
 	rs, hs, buf := s.rs[:len(msgs)], s.hs[:0], s.buf[:0]
-	var bodies []byte // not pooled: a copy outlives the set only in franz-go's hands, until it is garbage
+	var bodies [][]byte // not pooled: garbage once franz-go is done with the records
 	if copyBodies {
-		bodies = make([]byte, 0, nv)
+		bodies = driver.CopyBodies(msgs)
 	}
 	for i, m := range msgs {
 		first := len(hs)
@@ -99,10 +98,8 @@ func (s *recordSet) fill(topic string, msgs []*driver.Message, copyBodies bool) 
 			buf = append(buf, m.Key...)
 			r.Key = buf[at:len(buf):len(buf)]
 		}
-		if copyBodies && len(m.Body) > 0 {
-			at := len(bodies)
-			bodies = append(bodies, m.Body...)
-			r.Value = bodies[at:len(bodies):len(bodies)]
+		if bodies != nil {
+			r.Value = bodies[i]
 		}
 		if r.Value == nil {
 			r.Value = []byte{} // an empty body, not a tombstone

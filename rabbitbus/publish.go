@@ -151,13 +151,9 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 	// once the socket drains. The bodies are copied, one array for the
 	// batch, so that what goes out then is the message as published, not
 	// what the caller has put in its place since.
-	var bodies []byte
+	var bodies [][]byte
 	if ctx.Done() != nil {
-		n := 0
-		for _, m := range msgs {
-			n += len(m.Body)
-		}
-		bodies = make([]byte, 0, n)
+		bodies = driver.CopyBodies(msgs)
 	}
 	failed := false
 	for i, m := range msgs {
@@ -179,10 +175,8 @@ func (c *conn) Publish(ctx context.Context, topic string, msgs []*driver.Message
 			b:         b,
 			i:         i,
 		}
-		if bodies != nil && m.Body != nil {
-			at := len(bodies)
-			bodies = append(bodies, m.Body...)
-			pm.pub.Body = bodies[at:len(bodies):len(bodies)]
+		if bodies != nil {
+			pm.pub.Body = bodies[i]
 		}
 		pms = append(pms, pm)
 	}
