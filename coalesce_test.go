@@ -26,6 +26,13 @@ type slowConn struct {
 	calls [][]string
 }
 
+// started returns the driver calls started so far, each as its IDs.
+func (s *slowConn) started() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls)
+}
+
 func (s *slowConn) Publish(ctx context.Context, topic string, msgs []*driver.Message, opts driver.PublishOptions) error {
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
@@ -138,9 +145,9 @@ func leads(c *omnibus.Client, n int) chan error {
 // call is in flight reports an unknown outcome; the others are not
 // cancelled by it.
 func TestPublishCoalescedContext(t *testing.T) {
-	c, sc := slowClient(t, 200*time.Millisecond)
+	c, sc := slowClient(t, 300*time.Millisecond)
 	first := leads(c, 4)
-	time.Sleep(50 * time.Millisecond) // the leads are in flight
+	waitFor(t, func() bool { return len(sc.started()) == 4 }, "the leads in flight")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	err := c.Publish(ctx, "t", &omnibus.Message{ID: "queued"})
@@ -155,13 +162,13 @@ func TestPublishCoalescedContext(t *testing.T) {
 	// Two calls in one driver publish: one caller gives up, the other's
 	// message still lands.
 	first = leads(c, 4)
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, func() bool { return len(sc.started()) == 8 }, "the second leads in flight")
 	keep := make(chan error, 1)
 	go func() { keep <- c.Publish(context.Background(), "t", &omnibus.Message{ID: "keep"}) }()
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	quit := make(chan error, 1)
 	go func() { quit <- c.Publish(ctx2, "t", &omnibus.Message{ID: "quit"}) }()
-	time.Sleep(250 * time.Millisecond) // the leads returned; keep and quit are in flight together
+	waitFor(t, func() bool { return len(sc.started()) == 9 }, "keep and quit in flight, once the leads returned")
 	cancel2()
 	if err := <-quit; !errors.Is(err, omnibus.ErrOutcomeUnknown) {
 		t.Errorf("quit: %v, want ErrOutcomeUnknown", err)
