@@ -382,9 +382,7 @@ func (p *Publisher) send(q *pubQueue) {
 		}
 		errs := p.publish(q.topic, batch)
 		p.settle(batch, bytes, errs)
-		// Recycled only when every message landed: a Publish that
-		// returned when its ctx ended may still read the messages.
-		dropBatch(batch, own, errs == nil)
+		dropBatch(batch, own)
 	}
 }
 
@@ -410,7 +408,7 @@ func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []outgoing, 
 	send, index, errs := p.sendable(topic, batch)
 	if len(send) == 0 {
 		p.settle(batch, bytes, errs)
-		dropBatch(batch, own, true)
+		dropBatch(batch, own)
 		return true
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.timeout)
@@ -422,7 +420,7 @@ func (p *Publisher) queue(queuer driver.Queuer, topic string, batch []outgoing, 
 		go func() {
 			defer p.senders.Done()
 			p.settle(batch, bytes, outcomes(topic, len(batch), index, errs, err))
-			dropBatch(batch, own, true)
+			dropBatch(batch, own)
 		}()
 	})
 	if err != nil {

@@ -44,10 +44,10 @@ const (
 // batchArrays holds arrays of batches that are done with (*[]outgoing,
 // empty and cleared) for the batches opened behind full ones: a
 // publisher ahead of its transport otherwise allocates a batch's array
-// a message, ~180 B. Only arrays the transport is known done with come
-// back: a driver.Queuer's done was called, or a Publish returned with
-// every message landed (one that returned when its ctx ended may still
-// read its messages).
+// a message, ~180 B. Only arrays the transport is done with come back:
+// a driver.Queuer's done was called, or a Publish returned (after which
+// a driver reads nothing of its messages, even when it returned because
+// its ctx ended: driver.Conn.Publish).
 var batchArrays sync.Pool
 
 // newBatchArray returns an empty array for at least n messages.
@@ -59,15 +59,14 @@ func newBatchArray(n int) []outgoing {
 	return make([]outgoing, 0, n+n/8)
 }
 
-// dropBatch lets go of a settled batch's messages. A batch sharing its
-// array with the queue clears its part (the array lives on); one owning
-// it gives it to later batches when reusable (the transport is known
-// done with the messages), else leaves it to the collector as it is.
-func dropBatch(batch []outgoing, own, reusable bool) {
+// dropBatch lets go of a settled batch's messages, once the transport
+// is done with them. A batch sharing its array with the queue clears its
+// part (the array lives on); one owning it gives it to later batches.
+func dropBatch(batch []outgoing, own bool) {
 	switch {
 	case !own:
 		clear(batch)
-	case reusable && cap(batch) >= batchKept: // a trickle's is not worth keeping
+	case cap(batch) >= batchKept: // a trickle's is not worth keeping
 		clear(batch)
 		batch = batch[:0]
 		batchArrays.Put(&batch)
