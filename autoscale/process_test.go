@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/autoscale"
+	"github.com/omnibus-go/omnibus/internal/testenv"
 )
 
 // The two-process scenario: 12 partitions with 20,000 records each and a
@@ -139,32 +139,15 @@ func TestTwoProcessesShareTheNeed(t *testing.T) {
 		"?heartbeat_interval=100ms&session_timeout=10s&rebalance_timeout=20s&fetch_max_wait=100ms&metadata_max_age=1s"
 
 	type child struct {
-		cmd   *exec.Cmd
-		stdin io.WriteCloser
 		mu    sync.Mutex
 		lines []childLine
-		done  chan struct{}
 	}
 	children := make([]*child, 2)
 	for i := range children {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestChildProcess$", "-test.v=false")
-		cmd.Env = append(os.Environ(), childURL+"="+url, childTopic+"=shared")
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		c := &child{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		_, stdout := testenv.Child(t, 30*time.Second, []string{childURL + "=" + url, childTopic + "=shared"}, "-test.run=^TestChildProcess$", "-test.v=false")
+		c := &child{}
 		children[i] = c
-		go func() {
-			defer close(c.done)
+		go func() { // ends when the child exits, at cleanup
 			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
 				var l childLine
@@ -175,16 +158,6 @@ func TestTwoProcessesShareTheNeed(t *testing.T) {
 				}
 			}
 		}()
-		t.Cleanup(func() {
-			_ = c.stdin.Close() // the child shuts down
-			select {
-			case <-c.done:
-			case <-time.After(30 * time.Second):
-				_ = c.cmd.Process.Kill()
-				<-c.done
-			}
-			_ = c.cmd.Wait()
-		})
 	}
 	last := func(c *child) (childLine, int) {
 		c.mu.Lock()

@@ -2,16 +2,16 @@ package natsbus_test
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/omnibus-go/omnibus/internal/testenv"
 )
 
 // permServerDir, in the environment, makes the test binary the process
@@ -39,41 +39,12 @@ func TestMain(m *testing.M) {
 // the race detector would pin on the test that reloads.
 func permServer(t *testing.T) (addr string, deny func(subjects ...string)) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), permServerDir+"="+t.TempDir())
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stdin.Close() // the server shuts down and the process exits
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Logf("the server's process: %v\n%s", err, stderr.String())
-			}
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("the server's process did not exit within 10s of its input's end; killed")
-		}
-	})
+	stdin, stdout := testenv.Child(t, 10*time.Second, []string{permServerDir + "=" + t.TempDir()})
 	out := bufio.NewReader(stdout)
 	reply := func() string {
 		line, err := out.ReadString('\n')
 		if err != nil {
-			t.Fatalf("the server's process: %v\n%s", err, stderr.String())
+			t.Fatalf("the server's process: %v", err)
 		}
 		return strings.TrimSpace(line)
 	}
