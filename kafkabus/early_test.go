@@ -176,6 +176,20 @@ func warmUp(t *testing.T, c *omnibus.Client, topic, key string) map[string]sent 
 	return must
 }
 
+// gatedClient starts a cluster holding topic (two partitions), whose
+// produce requests pass a gate, and a client with the URL parameters
+// params, which publishes one message of key (all the test's messages
+// are of it, on one partition) before the gate shuts: the message must
+// land.
+func gatedClient(t *testing.T, topic, params string) (*kfake.Cluster, *produceGate, *omnibus.Client, string, map[string]sent) {
+	t.Helper()
+	cluster := newCluster(t, kfake.SeedTopics(2, topic))
+	gate := gateProduce(t, cluster)
+	c := open(t, clusterURL(cluster, params))
+	key := keysOf(0, 1)[0]
+	return cluster, gate, c, key, warmUp(t, c, topic, key)
+}
+
 // TestPublishReturnedEarly: once Client.Publish has returned because its
 // context ended while Kafka had not answered, nothing of omnibus or
 // franz-go reads the caller's messages any more: the caller writes over
@@ -185,13 +199,9 @@ func warmUp(t *testing.T, c *omnibus.Client, topic, key string) map[string]sent 
 // Run with -race: a late read of a body is a race with the caller.
 func TestPublishReturnedEarly(t *testing.T) {
 	const topic = "returned-early"
-	cluster := newCluster(t, kfake.SeedTopics(2, topic))
-	gate := gateProduce(t, cluster)
 	// Batches of one record, so that most of a publish waits in
 	// franz-go's buffer behind the requests the broker holds.
-	c := open(t, clusterURL(cluster, "max_message_bytes=512"))
-	key := keysOf(0, 1)[0]
-	must := warmUp(t, c, topic, key)
+	cluster, gate, c, key, must := gatedClient(t, topic, "max_message_bytes=512")
 
 	gate.close()
 	early, may := distinct("early", key, 50)
@@ -223,11 +233,7 @@ func TestPublishReturnedEarly(t *testing.T) {
 // published, not what the caller wrote over them since.
 func TestCoalescedPublishReturnedEarly(t *testing.T) {
 	const topic = "coalesced-early"
-	cluster := newCluster(t, kfake.SeedTopics(2, topic))
-	gate := gateProduce(t, cluster)
-	c := open(t, clusterURL(cluster, "max_message_bytes=512"))
-	key := keysOf(0, 1)[0]
-	must := warmUp(t, c, topic, key)
+	cluster, gate, c, key, must := gatedClient(t, topic, "max_message_bytes=512")
 
 	// Four publishes in flight, held by the broker: the next ones wait
 	// to be sent together.
@@ -287,11 +293,7 @@ func TestCoalescedPublishReturnedEarly(t *testing.T) {
 // exactly once.
 func TestPublisherResultsLeaveMessages(t *testing.T) {
 	const topic = "publisher-early"
-	cluster := newCluster(t, kfake.SeedTopics(2, topic))
-	gate := gateProduce(t, cluster)
-	c := open(t, clusterURL(cluster, "max_message_bytes=512&max_buffered_records=10"))
-	key := keysOf(0, 1)[0]
-	must := warmUp(t, c, topic, key)
+	cluster, gate, c, key, must := gatedClient(t, topic, "max_message_bytes=512&max_buffered_records=10")
 
 	gate.close()
 	p, err := c.Publisher(omnibus.BatchSize(5, 1<<20), omnibus.Senders(1))
