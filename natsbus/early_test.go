@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus"
@@ -170,16 +169,7 @@ func TestPublishReturnedBeforeAcks(t *testing.T) {
 	}
 
 	// Read the stream back on a connection of the test's own.
-	nc, err := nats.Connect(server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, natsbus.StreamName(topic))
+	stream, err := rawJetStream(t, server).Stream(ctx, natsbus.StreamName(topic))
 	if err != nil {
 		t.Fatal(err)
 	}
