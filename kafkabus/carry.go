@@ -16,6 +16,9 @@ import (
 	"github.com/omnibus-go/omnibus/driver"
 )
 
+// slabSize is how many deliveries fit allocates at once.
+const slabSize = 64
+
 // carried is a polled record waiting in carry, with the epoch it was
 // polled in.
 type carried struct {
@@ -56,7 +59,11 @@ func (s *sub) fit(ctx context.Context, room driver.Room) []*driver.Delivery {
 	if len(c.turn) == 0 {
 		return nil
 	}
-	var ds []*driver.Delivery
+	ds := make([]*driver.Delivery, 0, max(0, min(room.Count, c.n)))
+	// The deliveries are allocated slabSize at a time, not one by one. A
+	// delivery the engine holds keeps its slab; a small slab keeps that
+	// small next to the fetch buffer its body already keeps.
+	var slab []received
 	bytes, full := 0, false
 	quota := max(1, (room.Count+len(c.turn)-1)/len(c.turn))
 	waiting, served := c.turn[:0:0], []int32(nil)
@@ -69,13 +76,17 @@ func (s *sub) fit(ctx context.Context, room driver.Room) []*driver.Delivery {
 				c.n--
 				continue
 			}
-			d := delivery(q[0].r)
+			if len(slab) == 0 {
+				slab = make([]received, min(slabSize, c.n))
+			}
+			d := delivery(q[0].r, &slab[0])
 			size := d.Size()
 			if full = !room.Fits(len(ds), bytes, size); full {
 				break
 			}
 			bytes += size
 			ds = append(ds, d)
+			slab = slab[1:]
 			q = q[1:]
 			c.n--
 			taken++

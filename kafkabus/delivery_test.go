@@ -16,7 +16,7 @@ func BenchmarkDelivery(b *testing.B) {
 	r.Partition, r.Offset = 3, 123456
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = delivery(r)
+		_ = delivery(r, new(received))
 	}
 }
 
@@ -32,7 +32,7 @@ func TestDeliveryFields(t *testing.T) {
 			r.Key = nil
 		}
 		r.Partition, r.Offset = 3, 123456
-		d := delivery(r)
+		d := delivery(r, new(received))
 		if d.Position != "123456" || d.Lane != "3" || d.Key != "customer-7" || d.ID != "id-1" || d.Type != "order.created" {
 			t.Errorf("keyed=%v: position %q, lane %q, key %q, ID %q, type %q", keyed, d.Position, d.Lane, d.Key, d.ID, d.Type)
 		}

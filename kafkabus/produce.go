@@ -289,15 +289,19 @@ var laneNames = func() []string {
 	return s
 }()
 
-// delivery turns a fetched record into a delivery.
-func delivery(r *kgo.Record) *driver.Delivery {
-	// The delivery and its position come in one allocation, and the
-	// header values, the key and the offset share one string: what every
-	// consumed record costs.
-	x := &struct {
-		d driver.Delivery
-		p position
-	}{p: position{partition: r.Partition, offset: r.Offset, epoch: r.LeaderEpoch}}
+// received is a consumed record as the engine gets it: a delivery and
+// the position its Token points to, in one allocation.
+type received struct {
+	d driver.Delivery
+	p position
+}
+
+// delivery turns a fetched record into a delivery, written into x (see
+// fit: a Receive's deliveries are allocated together). The header values,
+// the key and the offset share one string: what every consumed record
+// costs.
+func delivery(r *kgo.Record, x *received) *driver.Delivery {
+	x.p = position{partition: r.Partition, offset: r.Offset, epoch: r.LeaderEpoch}
 	d := &x.d
 	d.Lane = laneName(r.Partition)
 	d.Token = &x.p
