@@ -16,9 +16,6 @@ import (
 	"github.com/omnibus-go/omnibus/driver"
 )
 
-// slabSize is how many deliveries fit allocates at once.
-const slabSize = 64
-
 // carried is a polled record waiting in carry, with the epoch it was
 // polled in.
 type carried struct {
@@ -60,10 +57,7 @@ func (s *sub) fit(ctx context.Context, room driver.Room) []*driver.Delivery {
 		return nil
 	}
 	ds := make([]*driver.Delivery, 0, max(0, min(room.Count, c.n)))
-	// The deliveries are allocated slabSize at a time, not one by one. A
-	// delivery the engine holds keeps its slab; a small slab keeps that
-	// small next to the fetch buffer its body already keeps.
-	var slab []received
+	var a arena
 	bytes, full := 0, false
 	quota := max(1, (room.Count+len(c.turn)-1)/len(c.turn))
 	waiting, served := c.turn[:0:0], []int32(nil)
@@ -76,17 +70,13 @@ func (s *sub) fit(ctx context.Context, room driver.Room) []*driver.Delivery {
 				c.n--
 				continue
 			}
-			if len(slab) == 0 {
-				slab = make([]received, min(slabSize, c.n))
-			}
-			d := delivery(q[0].r, &slab[0])
+			d := a.delivery(q[0].r, c.n)
 			size := d.Size()
 			if full = !room.Fits(len(ds), bytes, size); full {
 				break
 			}
 			bytes += size
 			ds = append(ds, d)
-			slab = slab[1:]
 			q = q[1:]
 			c.n--
 			taken++

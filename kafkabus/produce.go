@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -288,63 +287,3 @@ var laneNames = func() []string {
 	}
 	return s
 }()
-
-// received is a consumed record as the engine gets it: a delivery and
-// the position its Token points to, in one allocation.
-type received struct {
-	d driver.Delivery
-	p position
-}
-
-// delivery turns a fetched record into a delivery, written into x (see
-// fit: a Receive's deliveries are allocated together). The header values,
-// the key and the offset share one string: what every consumed record
-// costs.
-func delivery(r *kgo.Record, x *received) *driver.Delivery {
-	x.p = position{partition: r.Partition, offset: r.Offset, epoch: r.LeaderEpoch}
-	d := &x.d
-	d.Lane = laneName(r.Partition)
-	d.Token = &x.p
-	d.Body = r.Value
-	var digits [20]byte
-	offset := strconv.AppendInt(digits[:0], r.Offset, 10)
-	n := len(r.Key) + len(offset)
-	for _, h := range r.Headers {
-		n += len(h.Value)
-	}
-	var sb strings.Builder
-	sb.Grow(n)
-	for _, h := range r.Headers {
-		sb.Write(h.Value)
-	}
-	sb.Write(r.Key)
-	sb.Write(offset)
-	all, at := sb.String(), 0
-	for _, h := range r.Headers {
-		driver.KafkaBinding.Decode(&d.Message, h.Key, all[at:at+len(h.Value)])
-		at += len(h.Value)
-	}
-	if driver.Structured(d.ContentType) {
-		_ = driver.DecodeStructured(&d.Message) // one that is no CloudEvent stays as it came
-	}
-	d.Position = all[len(all)-len(offset):]
-	if len(r.Key) > 0 {
-		d.Key = all[at : at+len(r.Key)] // the record key wins over ce_partitionkey
-	}
-	if d.ID == "" {
-		// A record from a client that sets no ce_id: its place in the log
-		// is an ID that stays the same across redeliveries.
-		d.ID = r.Topic + "/" + d.Lane + "/" + d.Position
-	}
-	if d.Time.IsZero() {
-		d.Time = r.Timestamp
-	}
-	return d
-}
-
-// position is what a delivery's Token points to: what a commit needs.
-type position struct {
-	partition int32
-	offset    int64
-	epoch     int32
-}
