@@ -39,8 +39,7 @@ const (
 	// LagRecords: messages between the committed position and the end of
 	// the lane (Kafka, membus).
 	LagRecords
-	// LagMillis: milliseconds behind the newest record. No transport
-	// reports it yet.
+	// LagMillis: milliseconds behind the newest record (Kinesis).
 	LagMillis
 	// LagDepth: messages pending delivery or acknowledgement (RabbitMQ
 	// queue depth, JetStream num_pending + num_ack_pending).
