@@ -64,7 +64,7 @@
 //	dupe_window         2m          Duplicates           window in which a message ID is deduplicated
 //	storage             file        Storage              file or memory, for created streams
 //	inactive_threshold  0 (keep)    InactiveThreshold    delete a group's consumer after this idle time (throwaway groups: 5m)
-//	dir                 temporary   store_dir            embedded only: JetStream data directory
+//	dir                 DefaultDir  store_dir            embedded only: JetStream data directory
 //	max_payload         8388608     max_payload          embedded only: largest message
 //	partitions          0 (none)    -                    partitioned mode: partition subjects of a topic natsbus creates
 //	lease_ttl           10s         bucket TTL (MaxAge)  partitioned: life of a partition lease not refreshed (>= 500ms)
