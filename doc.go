@@ -1,6 +1,7 @@
 // Package omnibus gives Go services one messaging API over message
-// brokers (RabbitMQ, NATS JetStream) and distributed logs (Kafka), with an
-// in-memory log (membus) for tests and examples.
+// brokers (RabbitMQ, NATS JetStream, Redis Streams, NSQ) and distributed
+// logs (Kafka, Kinesis), with an in-memory log (membus) for tests and
+// examples.
 //
 // A transport is named by a URL, and plugs in like a database/sql driver:
 // a blank import registers its scheme.
@@ -45,6 +46,7 @@
 //
 // A [Client] and a [Consumer] may be used from any goroutine. Handlers run
 // on the engine's goroutines, concurrently as the ordering mode allows;
-// Shutdown drains them and Close stops them, and no goroutine outlives
-// either.
+// Shutdown drains them and Close stops them. No goroutine outlives Close;
+// Shutdown, at its deadline, does not wait for a handler that ignores its
+// context.
 package omnibus
