@@ -4,8 +4,9 @@
 # fresh machine will not have them. What it may change on the machine:
 #   - installs, as root with apt-get, the Debian packages kcat (librdkafka's
 #     command-line client, for the Kafka interop test), rabbitmq-server,
-#     nats-server, redis-server, postgresql, mariadb-server, nodejs and
-#     npm, when their commands are missing, and the npm packages
+#     nats-server, redis-server, postgresql, mariadb-server, nodejs, npm
+#     and chromium (the console's browser test), when their commands are
+#     missing, and the npm packages
 #     kinesalite and dynalite into ~/.cache/omnibus-npm;
 #   - starts, when nothing listens on their ports, all on 127.0.0.1:
 #     RabbitMQ (rabbitmq-server -detached, 5672), NATS with JetStream
