@@ -1,5 +1,7 @@
 // Package testenv lets integration tests find the servers they need and
-// fail loudly when one is missing in CI.
+// fail loudly when one is missing in CI. Relay puts a loopback proxy
+// between a test's clients and their server, for the hostile tests that
+// hold back or cut what passes.
 package testenv
 
 import (
