@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/testenv"
 	"github.com/omnibus-go/omnibus/natsbus"
 )
 
@@ -22,81 +21,32 @@ import (
 // passes nothing from the server to the clients (publish acks among it)
 // while the clients' messages go through.
 type ackProxy struct {
-	ln net.Listener
+	relay testenv.Relay
 
-	mu    sync.Mutex
-	held  chan struct{} // non-nil while holding; closed when it ends
-	conns []net.Conn
-	wg    sync.WaitGroup
+	mu   sync.Mutex
+	held chan struct{} // non-nil while holding; closed when it ends
 }
 
 func startAckProxy(t *testing.T, server string) *ackProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &ackProxy{ln: ln}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			upstream, err := net.Dial("tcp", server)
-			if err != nil {
-				_ = client.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, client, upstream)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() {
-				defer p.wg.Done()
-				_, _ = io.Copy(upstream, client)
-				_ = upstream.Close()
-			}()
-			go func() {
-				defer p.wg.Done()
-				defer client.Close()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := upstream.Read(buf)
-					if n > 0 {
-						p.mu.Lock()
-						held := p.held
-						p.mu.Unlock()
-						if held != nil {
-							<-held
-						}
-						if _, werr := client.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		p.release()
-		_ = ln.Close()
+	p := &ackProxy{}
+	p.relay.Chunk = func(_ *testenv.RelayConn, dir testenv.Dir, chunk []byte) {
 		p.mu.Lock()
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
+		held := p.held
 		p.mu.Unlock()
-		p.wg.Wait()
-	})
+		if dir == testenv.ToClient && chunk != nil && held != nil {
+			select {
+			case <-held:
+			case <-p.relay.Done():
+			}
+		}
+	}
+	p.relay.Start(t, server)
+	t.Cleanup(p.release) // before the relay's cleanup closes it
 	return p
 }
 
-func (p *ackProxy) url() string { return "nats://" + p.ln.Addr().String() }
+func (p *ackProxy) url() string { return "nats://" + p.relay.Addr() }
 
 func (p *ackProxy) hold() {
 	p.mu.Lock()
