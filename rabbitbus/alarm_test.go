@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/testenv"
 	"github.com/omnibus-go/omnibus/transporttest"
 )
 
@@ -26,34 +26,32 @@ import (
 // connection.blocked (and connection.unblocked when the alarm ends).
 // Connections that only consume go on, as on RabbitMQ.
 type alarmProxy struct {
-	ln net.Listener
+	relay testenv.Relay
 
 	mu     sync.Mutex
 	alarm  chan struct{} // non-nil while an alarm is on; closed when it ends
 	notify bool          // the alarm sends connection.blocked
-	conns  map[net.Conn]struct{}
-	closed bool
 
 	held atomic.Int32 // connections the alarm holds
-	wg   sync.WaitGroup
 }
 
 func startProxy(t testing.TB) *alarmProxy {
 	t.Helper()
 	requireServer(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	p := &alarmProxy{}
+	p.relay.Read = readFrame
+	p.relay.Chunk = func(c *testenv.RelayConn, dir testenv.Dir, f []byte) {
+		if dir == testenv.ToServer && isPublish(f) {
+			p.hold(c)
+		}
 	}
-	p := &alarmProxy{ln: ln, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
+	p.relay.Start(t, testAddr)
+	t.Cleanup(p.end) // before the relay's cleanup closes it
 	return p
 }
 
 func (p *alarmProxy) url(params string) string {
-	return "amqp://guest:guest@" + p.ln.Addr().String() + "/?" + params
+	return "amqp://guest:guest@" + p.relay.Addr() + "/?" + params
 }
 
 // start raises an alarm; notify says whether blocked connections are told.
@@ -75,127 +73,54 @@ func (p *alarmProxy) end() {
 	}
 }
 
-func (p *alarmProxy) close() {
-	p.end()
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	_ = p.ln.Close()
-	p.wg.Wait()
-}
-
-func (p *alarmProxy) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		if p.closed {
-			_ = c.Close()
-			continue
-		}
-		p.conns[c] = struct{}{}
-	}
-	return !p.closed
-}
-
-func (p *alarmProxy) accept() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", testAddr)
-		if err != nil {
-			_ = client.Close()
-			continue
-		}
-		if !p.track(client, server) {
-			return
-		}
-		var wmu sync.Mutex // whole frames to the client, relayed or injected
-		p.wg.Add(2)
-		go func() {
-			defer p.wg.Done()
-			defer client.Close()
-			defer server.Close()
-			_ = relayFrames(server, func(f []byte) error {
-				wmu.Lock()
-				defer wmu.Unlock()
-				_, err := client.Write(f)
-				return err
-			})
-		}()
-		go func() {
-			defer p.wg.Done()
-			defer client.Close()
-			defer server.Close()
-			hdr := make([]byte, 8) // "AMQP" 0 0 9 1
-			if _, err := io.ReadFull(client, hdr); err != nil {
-				return
-			}
-			if _, err := server.Write(hdr); err != nil {
-				return
-			}
-			_ = relayFrames(client, func(f []byte) error {
-				if isPublish(f) {
-					p.hold(client, &wmu)
-				}
-				_, err := server.Write(f)
-				return err
-			})
-		}()
-	}
-}
-
-// hold blocks the calling relay, and with it the client's connection,
-// while an alarm is on.
-func (p *alarmProxy) hold(client net.Conn, wmu *sync.Mutex) {
+// hold blocks the relay of what c's client sends, and with it the
+// client's connection, while an alarm is on.
+func (p *alarmProxy) hold(c *testenv.RelayConn) {
 	p.mu.Lock()
 	alarm, notify := p.alarm, p.notify
 	p.mu.Unlock()
 	if alarm == nil {
 		return
 	}
-	send := func(f []byte) {
-		wmu.Lock()
-		_, _ = client.Write(f)
-		wmu.Unlock()
-	}
 	if notify {
-		send(methodFrame(10, 60, append([]byte{byte(len("low on memory"))}, "low on memory"...)))
+		_ = c.Send(testenv.ToClient, methodFrame(10, 60, append([]byte{byte(len("low on memory"))}, "low on memory"...)))
 	}
 	p.held.Add(1)
-	<-alarm
+	select {
+	case <-alarm:
+	case <-p.relay.Done():
+	}
 	p.held.Add(-1)
 	if notify {
-		send(methodFrame(10, 61, nil))
+		_ = c.Send(testenv.ToClient, methodFrame(10, 61, nil))
 	}
 }
 
-// relayFrames reads AMQP frames from r and hands each, whole, to fn.
-func relayFrames(r io.Reader, fn func([]byte) error) error {
-	for {
-		hdr := make([]byte, 7, 64)
-		if _, err := io.ReadFull(r, hdr); err != nil {
-			return err
-		}
-		size := binary.BigEndian.Uint32(hdr[3:7])
-		f := append(hdr, make([]byte, size+1)...)
-		if _, err := io.ReadFull(r, f[7:]); err != nil {
-			return err
-		}
-		if err := fn(f); err != nil {
-			return err
-		}
+// readFrame reads the next AMQP frame, whole, from r: a frame, or the
+// protocol header a client starts with ("AMQP" 0 0 9 1).
+func readFrame(r io.Reader) ([]byte, error) {
+	hdr := make([]byte, 7, 64)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return nil, err
 	}
+	if string(hdr[:4]) == "AMQP" {
+		f := append(hdr, 0)
+		if _, err := io.ReadFull(r, f[7:]); err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
+	size := binary.BigEndian.Uint32(hdr[3:7])
+	f := append(hdr, make([]byte, size+1)...)
+	if _, err := io.ReadFull(r, f[7:]); err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // isPublish reports whether frame f is a basic.publish method frame.
 func isPublish(f []byte) bool {
-	return f[0] == 1 && len(f) >= 11 && binary.BigEndian.Uint16(f[7:9]) == 60 && binary.BigEndian.Uint16(f[9:11]) == 40
+	return len(f) >= 11 && f[0] == 1 && binary.BigEndian.Uint16(f[7:9]) == 60 && binary.BigEndian.Uint16(f[9:11]) == 40
 }
 
 // methodFrame encodes a method frame on channel 0.
