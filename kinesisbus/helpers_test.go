@@ -3,7 +3,6 @@ package kinesisbus_test
 import (
 	"context"
 	"flag"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -188,139 +187,85 @@ func cleanup(prefixes ...string) {
 // balancer that forgot them, a server replaced): only new connections
 // are answered.
 type proxy struct {
-	ln      net.Listener
-	target  string
+	relay   testenv.Relay
 	mu      sync.Mutex
-	resumed *sync.Cond // on mu: paused, frozen or cut changed
-	conns   []net.Conn
-	cut     bool
+	changed chan struct{} // closed when paused or frozen changes
+	conns   []*testenv.RelayConn
 	paused  bool
 	frozen  bool
-	dead    map[net.Conn]bool // client connections frozen for good
+	dead    map[*testenv.RelayConn]bool // connections frozen for good
 }
 
 func newProxy(t testing.TB, target string) *proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	p := &proxy{ln: ln, target: target, dead: map[net.Conn]bool{}}
-	p.resumed = sync.NewCond(&p.mu)
-	go p.serve()
-	t.Cleanup(p.Cut)
-	return p
-}
-
-func (p *proxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
+	p := &proxy{changed: make(chan struct{}), dead: map[*testenv.RelayConn]bool{}}
+	p.relay.Accept = func(c *testenv.RelayConn) {
 		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			_ = c.Close()
-			_ = s.Close()
-			return
-		}
-		p.conns = append(p.conns, c, s)
+		defer p.mu.Unlock()
+		p.conns = append(p.conns, c)
 		if p.frozen {
 			p.dead[c] = true
 		}
-		p.mu.Unlock()
-		go p.pipe(s, c, c)
-		go p.pipe(c, s, c)
 	}
+	p.relay.Chunk = func(c *testenv.RelayConn, _ testenv.Dir, _ []byte) { p.hold(c) }
+	p.relay.Start(t, target)
+	return p
 }
 
-// pipe copies from src to dst, holding what it read while the proxy is
-// paused or frozen (for good when client, the client's side of the
-// connection, was frozen), and closes dst when src ends. A connection
-// frozen for good stays silent to the end, its close included: the
-// server's closing an idle connection (node's keep-alive timeout, 5s)
-// must not reach a client whose path to the server is lost.
-func (p *proxy) pipe(dst, src, client net.Conn) {
-	defer func() { _ = dst.Close() }()
-	hold := func() {
-		p.mu.Lock()
-		for (p.paused || p.frozen || p.dead[client]) && !p.cut {
-			p.resumed.Wait()
-		}
-		p.mu.Unlock()
-	}
-	buf := make([]byte, 32<<10)
+func (p *proxy) Addr() string { return p.relay.Addr() }
+
+// hold holds what c passes, its end included, while the proxy is paused
+// or frozen, and for good when c was frozen: a connection frozen for good
+// stays silent to the end, its close included (the server's closing an
+// idle connection, node's keep-alive timeout of 5s, must not reach a
+// client whose path to the server is lost).
+func (p *proxy) hold(c *testenv.RelayConn) {
 	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			hold()
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
+		p.mu.Lock()
+		held, changed := p.paused || p.frozen || p.dead[c], p.changed
+		p.mu.Unlock()
+		if !held {
+			return
 		}
-		if err != nil {
-			hold()
+		select {
+		case <-changed:
+		case <-p.relay.Done():
 			return
 		}
 	}
 }
 
-// Pause stops forwarding: calls through the proxy hang until Resume.
-func (p *proxy) Pause() {
+// set changes the proxy's state under its lock and wakes what it holds.
+func (p *proxy) set(change func()) {
 	p.mu.Lock()
-	p.paused = true
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	change()
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
+// Pause stops forwarding: calls through the proxy hang until Resume.
+func (p *proxy) Pause() { p.set(func() { p.paused = true }) }
+
 // Resume forwards again what was held and what follows.
-func (p *proxy) Resume() {
-	p.mu.Lock()
-	p.paused = false
-	p.resumed.Broadcast()
-	p.mu.Unlock()
-}
+func (p *proxy) Resume() { p.set(func() { p.paused = false }) }
 
 // Freeze stops forwarding, for good on the connections open now and on
 // those opened until Thaw.
 func (p *proxy) Freeze() {
-	p.mu.Lock()
-	p.frozen = true
-	for i := 0; i < len(p.conns); i += 2 {
-		p.dead[p.conns[i]] = true
-	}
-	p.mu.Unlock()
+	p.set(func() {
+		p.frozen = true
+		for _, c := range p.conns {
+			p.dead[c] = true
+		}
+	})
 }
 
 // Thaw forwards on connections opened from now on.
-func (p *proxy) Thaw() {
-	p.mu.Lock()
-	p.frozen = false
-	p.resumed.Broadcast()
-	p.mu.Unlock()
-}
+func (p *proxy) Thaw() { p.set(func() { p.frozen = false }) }
 
 // Cut closes the proxy's connections and its port.
-func (p *proxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cut {
-		return
-	}
-	p.cut = true
-	p.resumed.Broadcast()
-	_ = p.ln.Close()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-}
+func (p *proxy) Cut() { p.relay.Close() }
 
 // publishKeyed publishes on stream, every 50ms until stopped, one
 // message of each of keys keys ("k0", "k1", ...), whose bodies count up.
