@@ -15,13 +15,6 @@ const (
 	ToClient            // from the server to the client
 )
 
-func (d Dir) String() string {
-	if d == ToServer {
-		return "to server"
-	}
-	return "to client"
-}
-
 // Relay is a TCP proxy on a loopback port between a test's clients and
 // their server, for hostile tests that hold back, inspect or cut what
 // passes. Each connection it accepts it relays to a connection of its own

@@ -83,50 +83,53 @@ func TestRelay(t *testing.T) {
 		mu.Unlock()
 	}
 	r.Start(t, echoServer(t))
+	// hold holds the answers from now on, or lets them go.
+	hold := func(on bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if on {
+			held = make(chan struct{})
+		} else {
+			close(held)
+			held = nil
+		}
+	}
 
 	c, err := net.Dial("tcp", r.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
+	write := func(s string) {
+		t.Helper()
+		if _, err := c.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
 	}
+	write("hello")
 	readWithin(t, c, 5*time.Second, "hello")
 
-	mu.Lock()
-	held = make(chan struct{})
-	mu.Unlock()
-	if _, err := c.Write([]byte("held")); err != nil {
-		t.Fatal(err)
-	}
+	hold(true)
+	write("held")
 	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	if n, err := c.Read(make([]byte, 8)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read %d bytes (%v) while the answers are held", n, err)
 	}
 	mu.Lock()
-	sent := toServer.String()
+	sent, c0 := toServer.String(), accepted[0]
 	mu.Unlock()
 	if sent != "helloheld" {
 		t.Errorf("the server was sent %q, want %q", sent, "helloheld")
 	}
-	mu.Lock()
-	close(held)
-	held = nil
-	c0 := accepted[0]
-	mu.Unlock()
+	hold(false)
 	readWithin(t, c, 5*time.Second, "held")
 	if err := c0.Send(ToClient, []byte("sent")); err != nil {
 		t.Fatal(err)
 	}
 	readWithin(t, c, 5*time.Second, "sent")
 
-	mu.Lock()
-	held = make(chan struct{})
-	mu.Unlock()
-	if _, err := c.Write([]byte("cut")); err != nil {
-		t.Fatal(err)
-	}
+	hold(true)
+	write("cut")
 	time.Sleep(100 * time.Millisecond) // the answer reaches the hook
 	r.Close()
 	select {
