@@ -189,7 +189,7 @@ func cleanup(prefixes ...string) {
 type proxy struct {
 	relay   testenv.Relay
 	mu      sync.Mutex
-	changed chan struct{} // closed when paused or frozen changes
+	changed chan struct{} // closed, and replaced, when paused or frozen ends
 	conns   []*testenv.RelayConn
 	paused  bool
 	frozen  bool
@@ -235,34 +235,45 @@ func (p *proxy) hold(c *testenv.RelayConn) {
 	}
 }
 
-// set changes the proxy's state under its lock and wakes what it holds.
-func (p *proxy) set(change func()) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	change()
+// wake wakes what the proxy holds, to look again; p.mu is held.
+func (p *proxy) wake() {
 	close(p.changed)
 	p.changed = make(chan struct{})
 }
 
 // Pause stops forwarding: calls through the proxy hang until Resume.
-func (p *proxy) Pause() { p.set(func() { p.paused = true }) }
+func (p *proxy) Pause() {
+	p.mu.Lock()
+	p.paused = true
+	p.mu.Unlock()
+}
 
 // Resume forwards again what was held and what follows.
-func (p *proxy) Resume() { p.set(func() { p.paused = false }) }
+func (p *proxy) Resume() {
+	p.mu.Lock()
+	p.paused = false
+	p.wake()
+	p.mu.Unlock()
+}
 
 // Freeze stops forwarding, for good on the connections open now and on
 // those opened until Thaw.
 func (p *proxy) Freeze() {
-	p.set(func() {
-		p.frozen = true
-		for _, c := range p.conns {
-			p.dead[c] = true
-		}
-	})
+	p.mu.Lock()
+	p.frozen = true
+	for _, c := range p.conns {
+		p.dead[c] = true
+	}
+	p.mu.Unlock()
 }
 
 // Thaw forwards on connections opened from now on.
-func (p *proxy) Thaw() { p.set(func() { p.frozen = false }) }
+func (p *proxy) Thaw() {
+	p.mu.Lock()
+	p.frozen = false
+	p.wake()
+	p.mu.Unlock()
+}
 
 // Cut closes the proxy's connections and its port.
 func (p *proxy) Cut() { p.relay.Close() }
