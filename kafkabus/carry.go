@@ -57,7 +57,6 @@ func (s *sub) fit(ctx context.Context, room driver.Room) []*driver.Delivery {
 		return nil
 	}
 	ds := make([]*driver.Delivery, 0, max(0, min(room.Count, c.n)))
-	var a arena
 	bytes, full := 0, false
 	quota := max(1, (room.Count+len(c.turn)-1)/len(c.turn))
 	waiting, served := c.turn[:0:0], []int32(nil)
@@ -70,7 +69,7 @@ func (s *sub) fit(ctx context.Context, room driver.Room) []*driver.Delivery {
 				c.n--
 				continue
 			}
-			d := a.delivery(q[0].r, c.n)
+			d := delivery(q[0].r)
 			size := d.Size()
 			if full = !room.Fits(len(ds), bytes, size); full {
 				break

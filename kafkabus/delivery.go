@@ -1,8 +1,7 @@
 package kafkabus
 
-// Deliveries: what a fetched record becomes for the engine. fit (carry.go)
-// turns a Receive's records into deliveries through one arena, so that
-// records share their allocations rather than making two each.
+// Deliveries: what a fetched record becomes for the engine, which fit
+// (carry.go) hands out.
 
 import (
 	"strconv"
@@ -14,7 +13,7 @@ import (
 )
 
 // received is a consumed record as the engine gets it: a delivery and
-// the position its Token points to.
+// the position its Token points to, in one allocation.
 type received struct {
 	d driver.Delivery
 	p position
@@ -27,38 +26,11 @@ type position struct {
 	epoch     int32
 }
 
-// Sizes of what an arena allocates at once. A delivery the engine holds
-// keeps what it was allocated with; small blocks keep that small next to
-// the fetch buffer its body already keeps.
-const (
-	slabSize  = 64   // deliveries
-	textBlock = 4096 // bytes of header values, keys and offsets
-)
-
-// arena hands out deliveries and the strings of their fields from
-// blocks shared by consecutive records.
-type arena struct {
-	slab []received
-	text strings.Builder
-}
-
-// next returns the next delivery's place; more is how many more
-// records there may be, bounding the next slab.
-func (a *arena) next(more int) *received {
-	if len(a.slab) == 0 {
-		a.slab = make([]received, max(1, min(slabSize, more)))
-	}
-	x := &a.slab[0]
-	a.slab = a.slab[1:]
-	return x
-}
-
-// delivery turns a fetched record into a delivery, taken from a. The
-// header values, the key and the offset are one string, taken from a's
-// current text block: the strings of consecutive records share a block.
-func (a *arena) delivery(r *kgo.Record, more int) *driver.Delivery {
-	x := a.next(more)
-	x.p = position{partition: r.Partition, offset: r.Offset, epoch: r.LeaderEpoch}
+// delivery turns a fetched record into a delivery. The delivery and its
+// position come in one allocation, and the header values, the key and
+// the offset share one string: what every consumed record costs.
+func delivery(r *kgo.Record) *driver.Delivery {
+	x := &received{p: position{partition: r.Partition, offset: r.Offset, epoch: r.LeaderEpoch}}
 	d := &x.d
 	d.Lane = laneName(r.Partition)
 	d.Token = &x.p
@@ -69,21 +41,14 @@ func (a *arena) delivery(r *kgo.Record, more int) *driver.Delivery {
 	for _, h := range r.Headers {
 		n += len(h.Value)
 	}
-	sb := &a.text
-	if sb.Cap()-sb.Len() < n {
-		// A new block: the strings handed out keep the old one.
-		*sb = strings.Builder{}
-		sb.Grow(max(textBlock, n))
-	}
-	start := sb.Len()
+	var sb strings.Builder
+	sb.Grow(n)
 	for _, h := range r.Headers {
 		sb.Write(h.Value)
 	}
 	sb.Write(r.Key)
 	sb.Write(offset)
-	// Within the block's capacity the Builder never moves what it
-	// wrote: the strings handed out before stay as they were.
-	all, at := sb.String()[start:], 0
+	all, at := sb.String(), 0
 	for _, h := range r.Headers {
 		driver.KafkaBinding.Decode(&d.Message, h.Key, all[at:at+len(h.Value)])
 		at += len(h.Value)

@@ -18,11 +18,11 @@ func FuzzRecord(f *testing.F) {
 		for _, h := range fuzztest.Headers(hs) {
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h[0], Value: []byte(h[1])})
 		}
-		_ = new(arena).delivery(r, 1)
+		_ = delivery(r)
 
 		m := fuzztest.Message(id, key, typ, source, contentType, nanos, hs, body)
 		r = record("t", m)
 		r.Partition, r.Offset = 3, 42
-		fuzztest.Same(t, m, &new(arena).delivery(r, 1).Message)
+		fuzztest.Same(t, m, &delivery(r).Message)
 	})
 }
