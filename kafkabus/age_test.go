@@ -51,7 +51,7 @@ func TestAgeFromRecordTimestamps(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { close(gate) }()
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 
 	// aged returns the one lane with lag (the key's), and checks that
 	// the other is a known 0.

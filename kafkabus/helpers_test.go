@@ -56,30 +56,3 @@ func ctxT(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
-
-// run starts k.Run and returns a function that stops it gracefully (also
-// called at cleanup).
-func run(t testing.TB, k *omnibus.Consumer) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("Run did not return within 60s of cancellation")
-		}
-	}
-	t.Cleanup(stop)
-	return stop
-}

@@ -73,8 +73,8 @@ func TestRebalance(t *testing.T) {
 		return k
 	}
 	a, b, c := member("a"), member("b"), member("c")
-	stopA, stopC := run(t, a), run(t, c)
-	runB := run(t, b)
+	stopA, stopC := transporttest.RunConsumer(t, a), transporttest.RunConsumer(t, c)
+	runB := transporttest.RunConsumer(t, b)
 	_ = runB
 
 	var want []string
@@ -107,7 +107,7 @@ func TestRebalance(t *testing.T) {
 	transporttest.Eventually(t, time.Minute, func() bool { return seen.unique() > n/2 }, func() string { return "no progress after b left" })
 	// d joins and takes partitions from a and c.
 	d := member("d")
-	stopD := run(t, d)
+	stopD := transporttest.RunConsumer(t, d)
 	<-published
 	if perr != nil {
 		t.Fatalf("Publish: %v", perr)
@@ -262,7 +262,7 @@ func TestTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	transporttest.Eventually(t, 30*time.Second, func() bool { return seen.unique() == 3 }, func() string {
 		return fmt.Sprintf("received %d of the 2 small messages and the full one", seen.unique())
 	})
@@ -334,7 +334,7 @@ func TestNewPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	// Another client adds partitions, as an operator would.
 	if err := admin.CreateTopic(ctxT(t), "growing", 6); err != nil {
 		t.Fatal(err)
@@ -519,7 +519,7 @@ func TestOldMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	transporttest.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return got != nil }, func() string { return "not received" })
 	mu.Lock()
 	defer mu.Unlock()

@@ -135,7 +135,7 @@ func TestKcatInterop(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Subscribe: %v", err)
 		}
-		stop := run(t, k)
+		stop := transporttest.RunConsumer(t, k)
 		transporttest.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 }, func() string {
 			return fmt.Sprintf("received %d of 3 kcat records", len(got))
 		})

@@ -69,7 +69,7 @@ func TestReclaimNotCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	for range 2 {
 		select {
 		case <-running:

@@ -68,7 +68,7 @@ func TestAutoscaleCappedAtShards(t *testing.T) {
 	if err != nil {
 		t.Fatalf("autoscale.New: %v", err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = ctl.Run(ctx) }()

@@ -119,7 +119,7 @@ func testFrozen(t *testing.T, members int, freezeDDB, freezeKin, thawAtLoss bool
 		}
 		t.Cleanup(func() { _ = k.Close() })
 		ks[i] = k
-		run(t, k)
+		transporttest.RunConsumer(t, k)
 	}
 	held := func() int {
 		n := 0
@@ -356,7 +356,7 @@ func TestFrozenPublish(t *testing.T) {
 		t.Fatalf("Subscribe: %v", err)
 	}
 	t.Cleanup(func() { _ = k.Close() })
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	transporttest.Eventually(t, 30*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()

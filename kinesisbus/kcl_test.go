@@ -106,7 +106,7 @@ func TestKCLTable(t *testing.T) {
 		t.Fatalf("Subscribe: %v", err)
 	}
 	t.Cleanup(func() { _ = k.Close() })
-	stop := run(t, k)
+	stop := transporttest.RunConsumer(t, k)
 	transporttest.Eventually(t, 30*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -53,7 +53,7 @@ func TestLargestMessage(t *testing.T) {
 		t.Fatalf("Subscribe: %v", err)
 	}
 	t.Cleanup(func() { _ = k.Close() })
-	stop := run(t, k)
+	stop := transporttest.RunConsumer(t, k)
 	transporttest.Eventually(t, 60*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -66,7 +66,7 @@ func TestLeasesBalanceAndFailOver(t *testing.T) {
 		t.Cleanup(func() { _ = k.Close() })
 		ks[i] = k
 		if i < 2 {
-			run(t, k)
+			transporttest.RunConsumer(t, k)
 		} else {
 			go func() { _ = k.Run(context.Background()) }()
 		}

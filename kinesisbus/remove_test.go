@@ -212,7 +212,7 @@ func TestDeleteGroupTwoMembers(t *testing.T) {
 			t.Fatalf("Subscribe %d: %v", i, err)
 		}
 		ks[i] = k
-		run(t, k)
+		transporttest.RunConsumer(t, k)
 	}
 	publish := func(from, n int) []string {
 		ms := make([]*omnibus.Message, n)

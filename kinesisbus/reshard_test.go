@@ -96,7 +96,7 @@ func TestReshardKeepsOrder(t *testing.T) {
 			t.Fatalf("Subscribe: %v", err)
 		}
 		t.Cleanup(func() { _ = k.Close() })
-		run(t, k)
+		transporttest.RunConsumer(t, k)
 		members = append(members, k)
 	}
 	kin, _ := rawClients()

@@ -64,7 +64,7 @@ func TestStalledHolderStopsBeforeTakeover(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = k.Close() })
 		ks[i] = k
-		stops[i] = run(t, k)
+		stops[i] = transporttest.RunConsumer(t, k)
 	}
 
 	// Keyed records all along: 16 keys every 50ms.

@@ -154,7 +154,7 @@ func TestThrottling(t *testing.T) {
 		t.Fatalf("Subscribe: %v", err)
 	}
 	t.Cleanup(func() { _ = k.Close() })
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	transporttest.Eventually(t, 60*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestAgeFollowsAckFloor: a lane's age is the stream's time of the first
@@ -39,7 +40,7 @@ func TestAgeFollowsAckFloor(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { close(gate) })
-			run(t, k)
+			transporttest.RunConsumer(t, k)
 
 			var published [2][2]time.Time // before and after each publish
 			for i := range published {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // Tests that treat the transport the way a hostile user would: consumers
@@ -171,7 +172,7 @@ func TestMissingConsumer(t *testing.T) {
 					}
 					ids := publishTo(t, c, topic, keysOn(0, tt.parts, 5))
 					if running {
-						run(t, k)
+						transporttest.RunConsumer(t, k)
 						col.waitAll(t, ids, 30*time.Second)
 					} else if err := k.Close(); err != nil {
 						t.Fatal(err)
@@ -185,7 +186,7 @@ func TestMissingConsumer(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						run(t, k)
+						transporttest.RunConsumer(t, k)
 					}
 					col.waitAll(t, ids, 30*time.Second)
 				})
@@ -274,7 +275,7 @@ func TestSlowHandlerKeepsKeyOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, k)
+		transporttest.RunConsumer(t, k)
 		eventually(t, time.Minute, func() error {
 			if got := o.unique(); got < n {
 				return fmt.Errorf("handled %d of %d", got, n)
@@ -331,7 +332,7 @@ func TestLostNotBehindDrain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, a)
+		transporttest.RunConsumer(t, a)
 		t.Cleanup(func() { close(release) }) // before a's drain: cleanups run last first
 		holdsLanes(t, a, 4)
 		// A message on every lane: whichever the member gives up has
@@ -348,7 +349,7 @@ func TestLostNotBehindDrain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, b)
+		transporttest.RunConsumer(t, b)
 		time.Sleep(time.Second) // the rebalance starts and the first drain blocks
 		mu.Lock()
 		revoked := len(events[omnibus.EventRevoked])
@@ -465,7 +466,7 @@ func TestShutdownHandsBack(t *testing.T) {
 		}
 		ids := publishN(t, c, topic, n, 16)
 		start := time.Now()
-		run(t, ks[1])
+		transporttest.RunConsumer(t, ks[1])
 		kctx, kcancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- ks[0].Run(kctx) }()
@@ -529,7 +530,7 @@ func TestStalePullRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, k)
+		transporttest.RunConsumer(t, k)
 		holdsLanes(t, k, 4)
 		cons, err := js.Consumer(ctx, topic, "g_p0")
 		if err != nil {
@@ -664,7 +665,7 @@ func TestHeldNotRunIsNotCounted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, k)
+		transporttest.RunConsumer(t, k)
 		eventually(t, 20*time.Second, func() error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -728,7 +729,7 @@ func TestReclaimNotCounted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, k)
+		transporttest.RunConsumer(t, k)
 		holdsLanes(t, k, 4)
 		publishTo(t, c, topic, keysOn(0, 4, 1))
 		select {

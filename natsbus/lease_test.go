@@ -9,6 +9,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestLeasesOutliveSlowWrites: a member holds the four partitions of a
@@ -36,7 +37,7 @@ func TestLeasesOutliveSlowWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	holdsLanes(t, k, 4)
 
 	bucket := natsbus.LeaseBucket(topic, group)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestLostLaneKeepsKeyOrder: a member reads the two partitions of a
@@ -60,7 +61,7 @@ func TestLostLaneKeepsKeyOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	holdsLanes(t, k, parts)
 
 	// Publish steadily until the losses are over: batches of messages of

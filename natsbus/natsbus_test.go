@@ -17,6 +17,7 @@ import (
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/testenv"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 const startNATS = "start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log"
@@ -141,20 +142,6 @@ func (c *collector) waitFor(t testing.TB, n int, timeout time.Duration) {
 	})
 }
 
-// run starts k in the background and stops it at cleanup.
-func run(t testing.TB, k *omnibus.Consumer) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-}
-
 func publishN(t testing.TB, c *omnibus.Client, topic string, n, size int) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -187,7 +174,7 @@ func testRoundTrip(t *testing.T, serverURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	when := time.Date(2025, 1, 2, 3, 4, 5, 6789, time.UTC)
 	m := &omnibus.Message{ID: "id-1", Key: "k", Type: "order.created", Source: "/shop", Time: when,
 		Headers: map[string]string{"traceparent": "00-abc-def-01", "x-multi": "a\nb"}, Body: []byte("hello")}

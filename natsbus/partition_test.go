@@ -147,7 +147,7 @@ func testKeyOrderAcrossMembers(t *testing.T, base string, crash bool) {
 		if err != nil {
 			t.Fatalf("Subscribe: %v", err)
 		}
-		run(t, k)
+		transporttest.RunConsumer(t, k)
 		ks = append(ks, k)
 	}
 	type result struct {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestPullNeverDropped: the engine is full (its handlers stalled) while
@@ -97,7 +98,7 @@ func TestPullNeverDropped(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			run(t, k)
+			transporttest.RunConsumer(t, k)
 			holdsLanes(t, k, tt.parts)
 
 			const keys = 8

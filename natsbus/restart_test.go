@@ -16,6 +16,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 const natsServerBin = "/usr/sbin/nats-server"
@@ -97,7 +98,7 @@ func TestRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 
 	const total = 20000
 	ids := make([]string, 0, total)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/nsqtest"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // closedAddr returns a loopback address nothing listens on.
@@ -101,7 +102,7 @@ func TestBadNames(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Subscribe to a topic of 100 bytes: %v", err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	m := &omnibus.Message{Body: []byte("long")}
 	if err := c.Publish(ctx, long, m); err != nil {
 		t.Fatalf("Publish to a topic of 100 bytes: %v", err)
@@ -143,7 +144,7 @@ func TestTooLarge(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			run(t, k)
+			transporttest.RunConsumer(t, k)
 			// Under MaxMessageBytes, as the engine counts it, yet over
 			// nsqd's limit once encoded (every byte of the header value
 			// is escaped as \u00XX).
@@ -215,7 +216,7 @@ func TestAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	m := &omnibus.Message{Body: []byte("hello")}
 	if err := c.Publish(ctx, "auth", m); err != nil {
 		t.Fatal(err)
@@ -241,7 +242,7 @@ func TestRefusalAmidPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	var (
 		mu            sync.Mutex
 		ids, large    []string

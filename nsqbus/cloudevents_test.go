@@ -20,6 +20,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/cetest"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 func TestCloudEventsSDK(t *testing.T) {
@@ -183,6 +184,6 @@ func firstMessage(ctx context.Context, t *testing.T, c *omnibus.Client, topic st
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	return got
 }

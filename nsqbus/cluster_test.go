@@ -46,7 +46,7 @@ func TestTwoNSQDs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			run(t, k)
+			transporttest.RunConsumer(t, k)
 			t.Cleanup(func() { close(stuck) })
 			var ids []string
 			for i := 0; i < 1000; i += 100 {

@@ -76,19 +76,6 @@ func awaitAll(t *testing.T, d time.Duration, ids []string, cs ...*collector) {
 	})
 }
 
-// run runs k until t ends.
-func run(t testing.TB, k *omnibus.Consumer) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		_ = k.Close()
-	})
-}
-
 // numbered returns n messages with IDs prefix-00000 ... and a body of
 // size bytes.
 func numbered(prefix string, from, n, size int) []*omnibus.Message {

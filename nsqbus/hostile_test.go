@@ -11,6 +11,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/nsqtest"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestChannelDeleted deletes a running group's channel behind its back,
@@ -32,7 +33,7 @@ func TestChannelDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	publish := func(from int) []string {
 		ms := numbered("deleted", from, 50, 10)
 		if err := c.Publish(ctx, topic, ms...); err != nil {

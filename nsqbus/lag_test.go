@@ -42,7 +42,7 @@ func TestAgeUnknownWhereUncertain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	if err := member.Publish(ctx, topic, numbered("m", 0, 3, 16)...); err != nil {
 		t.Fatal(err)
 	}

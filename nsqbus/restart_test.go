@@ -9,6 +9,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/nsqtest"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestRestart publishes 20,000 messages while nsqd is stopped and
@@ -29,7 +30,7 @@ func TestRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 
 	var published atomic.Int64
 	restarted := make(chan struct{})

@@ -33,7 +33,7 @@ func TestAgeWhereTheBrokerTells(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	now := time.Now()
 	olds := []time.Duration{time.Hour, 30 * time.Minute, time.Minute}
 	for _, old := range olds {
@@ -84,7 +84,7 @@ func TestAgeWhereTheBrokerTells(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k2)
+	transporttest.RunConsumer(t, k2)
 	// The queue shows no message ready once the last is delivered; the
 	// age is a known 0 once it is also settled.
 	var l omnibus.LaneLag

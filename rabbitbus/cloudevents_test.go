@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 func TestCloudEventsAMQPBinding(t *testing.T) {
@@ -93,7 +94,7 @@ func TestCloudEventsAMQPBinding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, k)
+		transporttest.RunConsumer(t, k)
 		// A CloudEvents producer: no message-id, type or app-id
 		// properties; the time as a string with nanoseconds; an
 		// extension in the underscore spelling JMS clients use.

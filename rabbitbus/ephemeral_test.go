@@ -12,6 +12,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // A group the user did not name gets queues that expire once unused, so a
@@ -165,7 +166,7 @@ func TestGroupLagOtherLayout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			run(t, k)
+			transporttest.RunConsumer(t, k)
 			for i, r := range readers {
 				deadline := time.Now().Add(10 * time.Second)
 				m, err := r.GroupMembers(ctx, topic, "billing")

@@ -60,19 +60,6 @@ func openURL(ctx context.Context, t testing.TB, u string) *omnibus.Client {
 	return c
 }
 
-// run runs k until the test ends.
-func run(t testing.TB, k *omnibus.Consumer) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		_ = k.Close()
-	})
-}
-
 // rawChannel opens an amqp091 connection and channel of the test's own
 // to the server; the caller closes the connection.
 func rawChannel(t testing.TB) (*amqp.Connection, *amqp.Channel) {

@@ -94,7 +94,7 @@ func TestRetryQueueDeletedLosesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			run(t, k)
+			transporttest.RunConsumer(t, k)
 
 			// Every retry queue the group uses gets declared (and cached).
 			warm := publishIDs(ctx, t, c, topic, "warm-", 40)
@@ -152,7 +152,7 @@ func TestRetryQueueArguments(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			run(t, k)
+			transporttest.RunConsumer(t, k)
 			ids := publishIDs(ctx, t, c, topic, "m-", 1)
 			transporttest.Eventually(t, 30*time.Second, func() bool { return len(f.missing(ids)) == 0 }, func() string { return "the retried message never came back" })
 			queues := retryQueues(c)

@@ -152,7 +152,7 @@ func TestRevocationKeepsOtherLanesFlowing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	var revoked string
 	select {
 	case revoked = <-lanes.revoking:
@@ -261,7 +261,7 @@ func TestRevocationDrainKeepsOtherLanesHandled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	publish := func(keys []string, headers map[string]string) {
 		ms := make([]*omnibus.Message, len(keys))
 		for i, key := range keys {
@@ -306,7 +306,7 @@ func TestRevocationDrainKeepsOtherLanesHandled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k2)
+	transporttest.RunConsumer(t, k2)
 	joined := time.Now()
 	for {
 		mu.Lock()

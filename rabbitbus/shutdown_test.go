@@ -122,7 +122,7 @@ func TestShutdownMidStreamHandsBack(t *testing.T) {
 			defer acancel()
 			aDone := make(chan error, 1)
 			go func() { aDone <- ka.Run(actx) }()
-			run(t, kb)
+			transporttest.RunConsumer(t, kb)
 
 			const n = 3000
 			ids := make([]string, n)

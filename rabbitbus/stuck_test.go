@@ -39,7 +39,7 @@ func TestPublishReturnedWhileStuck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	landed := func(id string) func() bool {
 		return func() bool {
 			mu.Lock()

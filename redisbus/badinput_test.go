@@ -12,6 +12,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 func nop(context.Context, *omnibus.Message) error { return nil }
@@ -52,7 +53,7 @@ func TestWrongPassword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	if err := c.Publish(ctx, "auth", &omnibus.Message{Body: []byte("in")}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // childEnv holds, for a child member of the crash test, its URL, topic
@@ -182,7 +183,7 @@ func testCrash(t *testing.T, rawURL string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, k)
+		transporttest.RunConsumer(t, k)
 	}
 	waitFor(t, 60*time.Second, func() bool {
 		h.mu.Lock()
@@ -261,24 +262,6 @@ func pendingOf(t testing.TB, rawURL, topic, group, prefix string) int64 {
 		}
 	}
 	return total
-}
-
-// run runs k until the test ends; Run must then return nil.
-func run(t testing.TB, k *omnibus.Consumer) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("Run did not return within 30s of cancellation")
-		}
-	})
 }
 
 // waitFor polls cond every 20ms for up to d, and fails t with msg when it

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestRestart publishes 20,000 messages while a redis-server of the
@@ -61,7 +62,7 @@ func testRestart(t *testing.T, srv *privateServer, rawURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	unique := func() int {
 		mu.Lock()
 		defer mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
 	"github.com/omnibus-go/omnibus/redisbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestHeldNotRunIsNotCounted has raw consumers of a group read an entry
@@ -111,7 +112,7 @@ func testHeldNotRun(t *testing.T, params string, parts int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, k)
+	transporttest.RunConsumer(t, k)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()

@@ -32,7 +32,7 @@ func (s *suite) testDeadLetter(t *testing.T) {
 	}
 	dead := newCollector()
 	kd := s.subscribe(t, s.open(t), dlq, dead.handler, append(earliest(sub), omnibus.Group("dlq-reader"))...)
-	run(t, kd)
+	RunConsumer(t, kd)
 	ok := newCollector()
 	poison := map[string]bool{}
 	var mu sync.Mutex
@@ -50,7 +50,7 @@ func (s *suite) testDeadLetter(t *testing.T) {
 		return nil
 	}
 	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.Group("worker"), omnibus.MaxAttempts(3), omnibus.Backoff(5*time.Millisecond, 20*time.Millisecond))...)
-	run(t, k)
+	RunConsumer(t, k)
 	time.Sleep(200 * time.Millisecond)
 	var ms []*omnibus.Message
 	for i := range 60 {
@@ -107,7 +107,7 @@ func (s *suite) testDeadLetterNamed(t *testing.T) {
 	k := s.subscribe(t, s.open(t), topic, func(ctx context.Context, m *omnibus.Message) error {
 		return omnibus.Permanent(errors.New("rejected"))
 	}, omnibus.StartFrom(omnibus.StartEarliest), omnibus.DeadLetterTopic(dlq))
-	run(t, k)
+	RunConsumer(t, k)
 	ids := publishN(t, pub, topic, 20, 4, 8)
 	dead := newCollector()
 	Eventually(t, timeout, func() bool {
@@ -120,7 +120,7 @@ func (s *suite) testDeadLetterNamed(t *testing.T) {
 			return false
 		}
 		t.Cleanup(func() { _ = kd.Close() })
-		run(t, kd)
+		RunConsumer(t, kd)
 		return true
 	}, func() string { return fmt.Sprintf("dead-letter topic %q never appeared", dlq) })
 	Eventually(t, timeout, func() bool { return dead.unique() == len(ids) }, func() string {
@@ -221,7 +221,7 @@ func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq
 			return err
 		}
 		t.Cleanup(func() { within(t, cleanupWait, "Consumer.Close", func() { _ = kd.Close() }) })
-		run(t, kd)
+		RunConsumer(t, kd)
 		return nil
 	}
 	reading := read(earliest(pub)...) == nil
@@ -322,7 +322,7 @@ func (s *suite) poisonDoesNotStall(t *testing.T, pub *omnibus.Client, topic, dlq
 		return
 	}
 	again := newCollector()
-	run(t, s.subscribe(t, s.open(t), topic, again.handler, append(earliest(pub), omnibus.Group("worker"))...))
+	RunConsumer(t, s.subscribe(t, s.open(t), topic, again.handler, append(earliest(pub), omnibus.Group("worker"))...))
 	Eventually(t, 30*time.Second, func() bool { return len(again.missing([]string{poison})) == 0 }, func() string {
 		return fmt.Sprintf("the poison message was neither dead-lettered (%d in %q) nor delivered to its group again: lost", dead.unique(), dlq)
 	})

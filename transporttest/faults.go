@@ -33,7 +33,7 @@ func (s *suite) testGroupDeleted(t *testing.T) {
 		topic := s.topic(t, pub)
 		first := newCollector()
 		k := s.subscribe(t, s.open(t), topic, first.handler, append(earliest(pub), omnibus.Group(group))...)
-		stop := run(t, k)
+		stop := RunConsumer(t, k)
 		first.await(t, publishN(t, pub, topic, 10, 4, 8))
 		awaitNoLag(t, k)
 		stop()
@@ -42,7 +42,7 @@ func (s *suite) testGroupDeleted(t *testing.T) {
 		// The group comes back without asking for the earliest: it
 		// exists, so it must not start at the end.
 		again := newCollector()
-		run(t, s.subscribe(t, s.open(t), topic, again.handler, omnibus.Group(group)))
+		RunConsumer(t, s.subscribe(t, s.open(t), topic, again.handler, omnibus.Group(group)))
 		again.awaitWithin(t, 30*time.Second, ids)
 		first.check(t, orderOf(pub), false)
 		again.check(t, orderOf(pub), true)
@@ -58,7 +58,7 @@ func (s *suite) testGroupDeleted(t *testing.T) {
 			return nil
 		}
 		k := s.subscribe(t, s.open(t), topic, h, append(earliest(pub), omnibus.Group(group))...)
-		stop := run(t, k)
+		stop := RunConsumer(t, k)
 		before.await(t, publishN(t, pub, topic, 20, 4, 8))
 		awaitNoLag(t, k) // nothing in flight: whatever comes after is in order
 		cur.Store(after)
@@ -81,7 +81,7 @@ func (s *suite) testReconnect(t *testing.T) {
 	topic := s.topic(t, pub)
 	col := newCollector()
 	k := s.subscribe(t, sub, topic, col.handler, append(earliest(sub), omnibus.Group("reconnect"))...)
-	run(t, k)
+	RunConsumer(t, k)
 	ids := publishN(t, pub, topic, 200, 4, 8)
 	Eventually(t, timeout, func() bool { return col.unique() == 200 }, func() string { return "no delivery before restart" })
 	// Once everything handled is committed, a restart has nothing to
@@ -127,6 +127,6 @@ func (s *suite) testShutdownReportsFailedCommit(t *testing.T) {
 	restore()
 	// Not committed, so not lost: the group reads them again.
 	again := newCollector()
-	run(t, s.subscribe(t, s.open(t), topic, again.handler, append(earliest(sub), omnibus.Group("commit"))...))
+	RunConsumer(t, s.subscribe(t, s.open(t), topic, again.handler, append(earliest(sub), omnibus.Group("commit"))...))
 	again.awaitWithin(t, 30*time.Second, ids)
 }

@@ -40,7 +40,7 @@ func (s *suite) testIdleHandover(t *testing.T) {
 	col := newCollector()
 	opts := append(earliest(sub), omnibus.Group("idle"), omnibus.DrainTimeout(handoverDrain))
 	k := s.subscribe(t, sub, topic, col.handler, opts...)
-	run(t, k)
+	RunConsumer(t, k)
 	keys := 8 * s.h.Lanes // enough keys that every lane gets some
 	col.await(t, publishN(t, pub, topic, keys, keys, 8))
 

@@ -45,7 +45,7 @@ func (s *suite) testShutdownCommits(t *testing.T) {
 	// nothing settled before the shutdown comes back.
 	second := newCollector()
 	k2 := s.subscribe(t, s.open(t), topic, second.handler, append(earliest(pub), omnibus.Group("drain"))...)
-	run(t, k2)
+	RunConsumer(t, k2)
 	Eventually(t, timeout, func() bool {
 		return first.unique()+second.unique() >= n && len(second.missing(first.missing(ids))) == 0
 	}, func() string {

@@ -30,7 +30,7 @@ func (s *suite) testOrderPerLane(t *testing.T) {
 	topic := s.topic(t, pub)
 	col := newCollector()
 	k := s.subscribe(t, sub, topic, col.handler, append(earliest(sub), omnibus.Order(omnibus.OrderLane), omnibus.MaxInFlight(64))...)
-	stop := run(t, k)
+	stop := RunConsumer(t, k)
 	col.await(t, publishN(t, pub, topic, 2000, 20, 16))
 	stop()
 	col.check(t, laneOrder, false)
@@ -52,7 +52,7 @@ func (s *suite) testOrderPerKey(t *testing.T) {
 		return nil
 	}
 	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.Order(omnibus.OrderKey), omnibus.MaxInFlight(128))...)
-	stop := run(t, k)
+	stop := RunConsumer(t, k)
 	const keys = 50
 	col.await(t, publishN(t, pub, topic, 3000, keys, 16))
 	stop()
@@ -72,7 +72,7 @@ func (s *suite) testGroupTakeover(t *testing.T) {
 		return nil
 	}
 	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.Group("takeover"), omnibus.Members(2), omnibus.DrainTimeout(10*time.Second))...)
-	stop := run(t, k)
+	stop := RunConsumer(t, k)
 	const n = 4000
 	ids := publishN(t, pub, topic, n/2, 40, 32)
 	if pub.Capabilities().ExclusiveLanes {
@@ -116,7 +116,7 @@ func (s *suite) testGroups(t *testing.T) {
 	cols := []*collector{newCollector(), newCollector()}
 	for i, col := range cols {
 		k := s.subscribe(t, s.open(t), topic, col.handler, append(earliest(pub), omnibus.Group(fmt.Sprintf("g%d", i)))...)
-		run(t, k)
+		RunConsumer(t, k)
 	}
 	ids := publishN(t, pub, topic, 500, 10, 8)
 	for _, col := range cols {
@@ -133,12 +133,12 @@ func (s *suite) testReplay(t *testing.T) {
 	// A group created after the messages, asking for the earliest.
 	col := newCollector()
 	k := s.subscribe(t, s.open(t), topic, col.handler, omnibus.Group("late"), omnibus.StartFrom(omnibus.StartEarliest))
-	run(t, k)
+	RunConsumer(t, k)
 	col.await(t, ids)
 	// A new group asking for the latest sees only what comes after it.
 	late := newCollector()
 	k2 := s.subscribe(t, s.open(t), topic, late.handler, omnibus.Group("latest"), omnibus.StartFrom(omnibus.StartLatest))
-	run(t, k2)
+	RunConsumer(t, k2)
 	time.Sleep(500 * time.Millisecond) // let the group join before publishing
 	more := publishN(t, pub, topic, 10, 5, 8)
 	Eventually(t, timeout, func() bool { return late.unique() >= 10 }, func() string {
@@ -185,7 +185,7 @@ func (s *suite) testLag(t *testing.T) {
 		}
 		return sum, true
 	}
-	run(t, k)
+	RunConsumer(t, k)
 	const n = 200
 	publishN(t, pub, topic, n, 10, 8)
 	var last int64
@@ -259,7 +259,7 @@ func (s *suite) testRevocationKeepsOtherLanes(t *testing.T) {
 		return nil
 	}, append(earliest(sub), omnibus.DrainTimeout(30*time.Second))...)
 	t.Cleanup(release)
-	stop := run(t, k)
+	stop := RunConsumer(t, k)
 	// A handler holds on in every lane.
 	publishKeys(t, pub, topic, 64, 8, func(i int) string { return "block" + strconv.Itoa(i) })
 	Eventually(t, timeout, func() bool {

@@ -36,7 +36,7 @@ func (s *faultSuite) testPoisonCrashes(t *testing.T) {
 	if s.caps.Replay {
 		opts = append(opts, omnibus.StartFrom(omnibus.StartEarliest))
 	}
-	run(t, s.subscribe(t, s.open(t), dlq, dead.handler("dlq"), append(opts, omnibus.Group("dlq-reader"))...))
+	RunConsumer(t, s.subscribe(t, s.open(t), dlq, dead.handler("dlq"), append(opts, omnibus.Group("dlq-reader"))...))
 
 	l := newLedger()
 	const group = "poisoned"

@@ -25,7 +25,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 	topic := s.topic(t, pub)
 	col := newCollector()
 	k := s.subscribe(t, sub, topic, col.handler, append(earliest(sub), omnibus.Group("rt"))...)
-	stop := run(t, k)
+	stop := RunConsumer(t, k)
 	when := time.Date(2026, 12, 2, 10, 11, 12, 123456789, time.UTC)
 	want := &omnibus.Message{
 		ID:      "id-" + strconv.FormatUint(rand.Uint64(), 36),
@@ -89,7 +89,7 @@ func (s *suite) testBodies(t *testing.T) {
 	}
 	col := newCollector()
 	k := s.subscribe(t, sub, topic, col.handler, earliest(sub)...)
-	stop := run(t, k)
+	stop := RunConsumer(t, k)
 	ids := map[string]string{}
 	for name, b := range bodies {
 		m := &omnibus.Message{Body: bytes.Clone(b), Headers: map[string]string{"body": name}}
@@ -145,7 +145,7 @@ func (s *suite) testPublisher(t *testing.T) {
 	topic := s.topic(t, pub)
 	col := newCollector()
 	k := s.subscribe(t, sub, topic, col.handler, earliest(sub)...)
-	stop := run(t, k)
+	stop := RunConsumer(t, k)
 	p, err := pub.Publisher(omnibus.BatchSize(37, 1<<20))
 	if err != nil {
 		t.Fatalf("Publisher: %v", err)

@@ -44,7 +44,7 @@ func ConsumeSome(t *testing.T, c *omnibus.Client, topic, group string, n int) {
 	if err != nil {
 		t.Fatalf("Subscribe(%q, group %q): %v", topic, group, err)
 	}
-	stop := run(t, k)
+	stop := RunConsumer(t, k)
 	msgs := make([]*omnibus.Message, n)
 	for i := range msgs {
 		msgs[i] = &omnibus.Message{Key: "k" + strconv.Itoa(i), Body: []byte("m" + strconv.Itoa(i))}
@@ -151,7 +151,7 @@ func DeleteUnderMember(t *testing.T, c *omnibus.Client, topic, group string, n i
 	if err != nil {
 		t.Fatalf("Subscribe(%q, group %q): %v", topic, group, err)
 	}
-	stop := run(t, k)
+	stop := RunConsumer(t, k)
 	col.await(t, publishN(t, c, topic, n, 4, 8))
 	awaitNoLag(t, k) // settled and committed: the group has its state
 

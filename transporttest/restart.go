@@ -27,7 +27,7 @@ func (s *faultSuite) testServerRestart(t *testing.T) {
 		opts = append(opts, omnibus.StartFrom(omnibus.StartEarliest))
 	}
 	k := s.subscribe(t, s.open(t), topic, l.handler("consumer"), append(opts, omnibus.Group("restart"), omnibus.MaxInFlight(64))...)
-	run(t, k)
+	RunConsumer(t, k)
 	st := startStream(t, pub, topic, faultMessages, 20*time.Millisecond)
 	Eventually(t, 2*time.Minute, func() bool { return st.published.Load() >= faultMessages/3 && l.unique() > 0 }, func() string {
 		return fmt.Sprintf("%d published, %d handled before the restart", st.published.Load(), l.unique())

@@ -42,7 +42,7 @@ func (s *suite) testRetry(t *testing.T) {
 		return nil
 	}
 	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.MaxAttempts(5), omnibus.Backoff(10*time.Millisecond, 50*time.Millisecond))...)
-	run(t, k)
+	RunConsumer(t, k)
 	ids := publishN(t, pub, topic, 50, 5, 8)
 	col.await(t, ids)
 	col.check(t, orderOf(pub), false)
@@ -150,7 +150,7 @@ func (s *suite) slowHandler(t *testing.T, slow time.Duration, limit omnibus.Subs
 		return nil
 	}
 	k := s.subscribe(t, sub, topic, h, append(earliest(sub), limit)...)
-	stop := run(t, k)
+	stop := RunConsumer(t, k)
 	ids := publish(pub, topic)
 	col.await(t, ids)
 	stop()
@@ -188,7 +188,7 @@ func (s *suite) testMaxInFlightBytes(t *testing.T) {
 	}
 	k := s.subscribe(t, sub, topic, h, append(earliest(sub), omnibus.MaxInFlightBytes(bound))...)
 	kp.Store(k)
-	stop := run(t, k)
+	stop := RunConsumer(t, k)
 	col.await(t, publishN(t, pub, topic, 1, 1, 10))
 	col.await(t, publishN(t, pub, topic, 200, 20, size))
 	stop()

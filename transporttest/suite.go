@@ -157,10 +157,11 @@ func poll(d time.Duration, cond func() bool) bool {
 	return true
 }
 
-// run starts k.Run and stops it at cleanup; it returns a stop function
-// that shuts down gracefully. Run must then return nil: a drain that
-// leaves messages unsettled fails the test.
-func run(t *testing.T, k *omnibus.Consumer) (stop func()) {
+// RunConsumer starts k.Run and stops it at cleanup; it returns a stop
+// function that shuts down gracefully, which may be called more than
+// once. Run must then return nil within a minute: a drain that leaves
+// messages unsettled, or a Run that does not end, fails the test.
+func RunConsumer(t testing.TB, k *omnibus.Consumer) (stop func()) {
 	t.Helper()
 	return runUntil(t, k, false)
 }
@@ -172,7 +173,7 @@ func runStuck(t *testing.T, k *omnibus.Consumer) (stop func()) {
 	return runUntil(t, k, true)
 }
 
-func runUntil(t *testing.T, k *omnibus.Consumer, stuck bool) (stop func()) {
+func runUntil(t testing.TB, k *omnibus.Consumer, stuck bool) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
