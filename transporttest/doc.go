@@ -47,4 +47,8 @@
 // the server keeps: [ConsumeSome] gives the server a topic with messages
 // and a group with state on it, [Remove] removes them twice through the
 // connection.
+//
+// A transport's own tests run their consumers with [RunConsumer], as the
+// suite does: stopped gracefully at cleanup, and failing the test when
+// Run returns an error or does not return.
 package transporttest
