@@ -8,10 +8,12 @@ package transporttest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,11 +49,27 @@ var seqs atomic.Int64
 // since, so it is neither a duplicate nor a break of order that fails
 // the test (check decides, once the resends are known).
 type collector struct {
-	mu   sync.Mutex
-	ids  map[string]int
-	msgs map[string]*omnibus.Message
-	key  orderLog
-	lane orderLog
+	mu    sync.Mutex
+	began time.Time
+	ids   map[string]int
+	msgs  map[string]*omnibus.Message
+	// places is where and when each delivery of a message was: what a
+	// duplicate's report names.
+	places map[string][]place
+	key    orderLog
+	lane   orderLog
+}
+
+// place is one delivery of a message: its lane, position and attempt,
+// and when it settled, since the collector began.
+type place struct {
+	lane, position string
+	attempt        int
+	at             time.Duration
+}
+
+func (p place) String() string {
+	return fmt.Sprintf("lane %q position %q attempt %d at %v", p.lane, p.position, p.attempt, p.at.Round(time.Millisecond))
 }
 
 // orderLog is the newest sequence settled per key (or lane) and the
@@ -84,7 +102,7 @@ func (o *orderLog) add(kind, name, id string, seq int64, times int) {
 
 func newCollector() *collector {
 	return &collector{
-		ids: map[string]int{}, msgs: map[string]*omnibus.Message{},
+		began: time.Now(), ids: map[string]int{}, msgs: map[string]*omnibus.Message{}, places: map[string][]place{},
 		key: orderLog{newest: map[string]int64{}}, lane: orderLog{newest: map[string]int64{}},
 	}
 }
@@ -99,6 +117,7 @@ func (c *collector) add(m *omnibus.Message) {
 	cp.Body = bytes.Clone(m.Body)
 	cp.Headers = maps.Clone(m.Headers)
 	c.msgs[m.ID] = &cp
+	c.places[m.ID] = append(c.places[m.ID], place{m.Lane, m.Position, m.Attempt, time.Since(c.began)})
 	if err != nil {
 		return // not from publishN: no order to check
 	}
@@ -216,23 +235,42 @@ func (c *collector) verdict(twice bool, resends func(id string) int, ord orderin
 		report("lane", &c.lane)
 	}
 	dups, copied := 0, 0
+	var dupIDs []string
 	for id, n := range c.ids {
 		if n > 1 {
 			k := min(n-1, copies(id))
 			copied += k
 			dups += n - 1 - k
+			if n-1-k > 0 {
+				dupIDs = append(dupIDs, id)
+			}
 		}
 	}
 	switch {
 	case dups > 0 && !dupsAllowed:
-		failures = append(failures, fmt.Sprintf("%d duplicate deliveries of %d messages; this test allows none", dups, len(c.ids)))
+		failures = append(failures, fmt.Sprintf("%d duplicate deliveries of %d messages; this test allows none, e.g.:%s", dups, len(c.ids), c.duplicates(dupIDs)))
 	case dups > 0:
-		notes = append(notes, fmt.Sprintf("%d duplicate deliveries of %d messages (allowed here)", dups, len(c.ids)))
+		notes = append(notes, fmt.Sprintf("%d duplicate deliveries of %d messages (allowed here), e.g.:%s", dups, len(c.ids), c.duplicates(dupIDs)))
 	}
 	if copied > 0 {
 		notes = append(notes, fmt.Sprintf("%d deliveries of copies of messages published again after an unknown outcome, which the transport stores twice (Harness.ResendsStoredTwice)", copied))
 	}
 	return failures, notes
+}
+
+// duplicates describes the first few of ids, messages handled more than
+// once, in the order they were first handled: each delivery's lane,
+// position, attempt and time. c.mu is held.
+func (c *collector) duplicates(ids []string) string {
+	slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(c.places[a][0].at, c.places[b][0].at) })
+	var b strings.Builder
+	for _, id := range ids[:min(5, len(ids))] {
+		fmt.Fprintf(&b, "\n\t%q (key %q) handled %d times:", id, c.msgs[id].Key, c.ids[id])
+		for _, p := range c.places[id] {
+			fmt.Fprintf(&b, "\n\t\t%v", p)
+		}
+	}
+	return b.String()
 }
 
 // publishN publishes n messages with keys key0..key{keys-1} (no key when

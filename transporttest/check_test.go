@@ -100,3 +100,33 @@ func TestRecordResends(t *testing.T) {
 		}
 	})
 }
+
+// TestVerdictNamesDuplicates: a duplicate's failure names the message
+// and, for each of its deliveries, its lane, position and attempt.
+func TestVerdictNamesDuplicates(t *testing.T) {
+	c := newCollector()
+	for _, m := range []*omnibus.Message{
+		{ID: "a", Key: "k", Lane: "1", Position: "7", Attempt: 1},
+		{ID: "b", Key: "k", Lane: "1", Position: "8", Attempt: 1},
+		{ID: "a", Key: "k", Lane: "1", Position: "7", Attempt: 2},
+	} {
+		c.add(m)
+	}
+	failures, _ := c.verdict(false, func(string) int { return 0 }, anyOrder, false)
+	if len(failures) != 1 {
+		t.Fatalf("failures %q, want one", failures)
+	}
+	for _, want := range []string{
+		"1 duplicate deliveries of 2 messages",
+		`"a" (key "k") handled 2 times`,
+		`lane "1" position "7" attempt 1`,
+		`lane "1" position "7" attempt 2`,
+	} {
+		if !strings.Contains(failures[0], want) {
+			t.Errorf("failure %q does not say %q", failures[0], want)
+		}
+	}
+	if strings.Contains(failures[0], `"b"`) || strings.Contains(failures[0], `position "8"`) {
+		t.Errorf("failure %q names a message handled once", failures[0])
+	}
+}
