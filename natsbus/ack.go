@@ -25,6 +25,7 @@ import (
 func (s *sub) take(ds []*driver.Delivery, ack bool) (msgs []jetstream.Msg, counted []uint64) {
 	msgs = make([]jetstream.Msg, 0, len(ds))
 	now := time.Now()
+	var exclusive []*held // acknowledged, of partitions
 	s.mu.Lock()
 	for _, d := range ds {
 		h, ok := d.Token.(*held)
@@ -33,6 +34,9 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) (msgs []jetstream.Msg, count
 		}
 		if s.held.remove(h) && h.r.valid(now) {
 			msgs = append(msgs, h.msg)
+			if ack && h.r.exclusive {
+				exclusive = append(exclusive, h)
+			}
 			if h.counted && ack {
 				counted = append(counted, h.seq)
 			}
@@ -47,6 +51,7 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) (msgs []jetstream.Msg, count
 			}
 		}
 	}
+	s.settleLocked(exclusive)
 	s.mu.Unlock()
 	return msgs, counted
 }

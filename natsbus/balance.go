@@ -231,6 +231,9 @@ func (p *partitioned) release(part int) {
 	low := p.detach(r)
 	p.settle(p.ctx, r, low)
 	s.recordLane(p.ctx, r)
+	s.mu.Lock()
+	delete(s.settled, l.lane) // handed over: another member reads it now
+	s.mu.Unlock()
 	p.kvMu.Lock()
 	delete(p.leases, part)
 	lost, rev := l.lost, l.rev

@@ -249,9 +249,15 @@
 //   - At least once. A reset redelivers, in order, messages above the ack
 //     floor that were acknowledged out of order (OrderKey and OrderNone
 //     complete out of order within a lane), and deliveries the previous
-//     owner handled but could not acknowledge. The order check the tests
-//     apply is the honest one: a message may come again, but never before
-//     an earlier one that was not handled yet.
+//     owner handled but could not acknowledge. A member that claims again
+//     a lane it lost (its lease ran out, say on a starved machine, or a
+//     pull failed) hands none of those it acknowledged to its engine
+//     again: it remembers, per lane, the messages it acknowledged while
+//     an earlier one was unsettled (sequence and ID) and acknowledges
+//     their redeliveries again; a lane it gave up to another member it
+//     forgets. Another member claiming the lane handles them again. The
+//     order check the tests apply is the honest one: a message may come
+//     again, but never before an earlier one that was not handled yet.
 //   - A reset starts the consumer afresh, and with it the server's
 //     delivery counts, so a partitioned group keeps its own count of the
 //     holders that began a lane's first unsettled message (key "b.<lane>"

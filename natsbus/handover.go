@@ -25,7 +25,9 @@ import (
 // messages. So when the consumer has any, prepare deletes it and creates
 // it again at its ack floor (DeliverByStartSequence = floor + 1): the new
 // owner reads them first, in order. Messages above the floor that were
-// acknowledged out of order come again too (redeliveries, in order). The
+// acknowledged out of order come again too (redeliveries, in order;
+// those this member acknowledged itself it does not hand on again, see
+// settled.go). The
 // start is recorded in the group's positions before the delete, so that
 // a create that fails leaves the next claim to create the consumer there.
 func (p *partitioned) prepare(part int) (jetstream.Consumer, error) {

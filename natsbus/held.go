@@ -92,6 +92,19 @@ func (s *sub) hold(r *reader, msg jetstream.Msg) (*held, error) {
 		return nil, nil
 	case !r.exclusive || h.seq > r.top:
 		r.pullLocked(h.seq)
+		if r.exclusive && s.settled.settledLocked(r.lane, h.seq, h.d.ID) {
+			// A reset's redelivery of a message this member handled and
+			// acknowledged before it lost the lane and claimed it again
+			// (see settled.go): acknowledged again, not handed on.
+			if h.seq > r.acked.Load() {
+				r.acked.Store(h.seq)
+			}
+			s.mu.Unlock()
+			if r.valid(now) {
+				_ = msg.Ack()
+			}
+			return nil, nil
+		}
 	case hasKey(r.nacked, h.seq):
 		delete(r.nacked, h.seq)
 	case r.pulledLocked(h.seq):

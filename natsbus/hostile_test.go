@@ -760,6 +760,108 @@ func TestReclaimNotCounted(t *testing.T) {
 	})
 }
 
+// TestReclaimHandlesNothingTwice takes a lane's lease away from its only
+// member while the lane's first message is still being handled (its
+// handler waits) and the messages of other keys behind it were handled
+// and acknowledged, out of order: the member claims the lane again, and
+// the reset redelivers all of them, from the first message not
+// acknowledged. What the member handled and acknowledged must not be
+// handled again; the message that was not settled must.
+func TestReclaimHandlesNothingTwice(t *testing.T) {
+	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+		u := withParams(base, testParams)
+		c := open(t, u)
+		js := rawJetStream(t, u)
+		topic := newTopic(ctx, t, c, base, 4)
+		keys := keysOn(0, 4, 21)
+		release := make(chan struct{})
+		var mu sync.Mutex
+		seen := map[string]int{}
+		blockerRuns := 0
+		var lost atomic.Int64
+		k, err := c.Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+			if m.Key == keys[0] {
+				mu.Lock()
+				blockerRuns++
+				mu.Unlock()
+				select {
+				case <-release:
+				case <-ctx.Done(): // the lane is lost
+					return ctx.Err()
+				}
+			}
+			mu.Lock()
+			seen[m.ID]++
+			mu.Unlock()
+			return nil
+		}, omnibus.Group("g"), omnibus.MaxInFlight(8), omnibus.DrainTimeout(100*time.Millisecond),
+			omnibus.Observe(func(e omnibus.Event) {
+				if e.Kind == omnibus.EventLost {
+					lost.Add(1)
+				}
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, k)
+		holdsLanes(t, k, 4)
+		handled := func(ids []string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range ids {
+				if seen[id] == 0 {
+					return fmt.Errorf("message %s not handled", id)
+				}
+			}
+			return nil
+		}
+		blocker := publishTo(t, c, topic, keys[:1])
+		eventually(t, 15*time.Second, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if blockerRuns == 0 {
+				return errors.New("the lane's first message is not being handled")
+			}
+			return nil
+		})
+		behind := publishTo(t, c, topic, keys[1:])
+		eventually(t, 15*time.Second, func() error { return handled(behind) })
+		kv, err := js.KeyValue(ctx, natsbus.LeaseBucket(topic, "g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kv.Purge(ctx, "p.0"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if lost.Load() == 0 || blockerRuns < 2 {
+				return fmt.Errorf("%d lanes lost, the lane's first message run %d times; want it lost and the message run again", lost.Load(), blockerRuns)
+			}
+			return nil
+		})
+		// What the reset redelivers comes in the lane's order: once a
+		// message published now is handled, the rest came before it.
+		after := publishTo(t, c, topic, keys[1:2])
+		eventually(t, 15*time.Second, func() error { return handled(after) })
+		close(release)
+		eventually(t, 15*time.Second, func() error { return handled(blocker) })
+		mu.Lock()
+		defer mu.Unlock()
+		var twice []string
+		for _, id := range append(append(blocker, behind...), after...) {
+			if seen[id] > 1 {
+				twice = append(twice, id)
+			}
+		}
+		if len(twice) > 0 {
+			t.Errorf("%d of %d messages handled twice after the member claimed its lane again, e.g. %v: a message it handled and acknowledged came to its handler again",
+				len(twice), 2+len(behind), twice[:min(5, len(twice))])
+		}
+	})
+}
+
 // TestGuardedLaneDeadLetterStuck has a member close while the dead
 // letter of its lane's first message cannot land (the dead-letter
 // topic's stream takes nothing over 16 bytes), so that the lane's next owner, another member, finds

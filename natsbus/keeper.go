@@ -101,6 +101,9 @@ func (s *sub) recordLane(ctx context.Context, r *reader) {
 	}
 	if r.exclusive && info.AckFloor.Consumer > 0 {
 		s.mu.Lock()
+		if info.AckFloor.Stream > r.floor {
+			s.settled.forgetLocked(r.lane, info.AckFloor.Stream)
+		}
 		r.raiseFloorLocked(info.AckFloor.Stream)
 		s.mu.Unlock()
 	}

@@ -112,6 +112,7 @@ type sub struct {
 	mu      sync.Mutex
 	readers map[string]*reader // by lane
 	held    heldList           // pulled and not yet settled: in-progress signals, hand-back on Close
+	settled settledLanes       // partitioned: acknowledged above the lanes' ack floors (settled.go)
 
 	closeOnce sync.Once
 }
@@ -123,6 +124,7 @@ func newSub(c *conn, topic string, ref *streamRef, opts driver.SubscribeOptions)
 		closed:  make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 		readers: map[string]*reader{},
+		settled: settledLanes{},
 	}
 }
 

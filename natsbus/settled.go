@@ -1,0 +1,125 @@
+package natsbus
+
+// What a partitioned member acknowledged out of order. A reset (see
+// prepare) redelivers every message above a lane's ack floor, those
+// acknowledged out of order too; a member that lost a lane and claimed
+// it again (its lease ran out under load, a pull failed) would hand the
+// engine again what it handled and acknowledged before. So it remembers,
+// per lane, the messages it acknowledged while an earlier one of the
+// lane was still unsettled (stream sequence, and a hash of the
+// message's ID, so that a message of a stream created anew at the same
+// sequence is never taken for one), and acknowledges such a redelivery
+// again instead of handing it on. What the member acknowledged with
+// nothing earlier unsettled is at or below the floor once the server
+// applied it, and nothing needs remembering below it. sub.mu guards it;
+// Ack (take) writes it, the pumps (hold) read it, the keeper
+// (recordLane) forgets what the consumer's ack floor passed, and a lane
+// given up to another member (release) is forgotten.
+
+import "slices"
+
+// settledLanes is, per lane, the messages this member acknowledged out
+// of order, by stream sequence, ascending.
+type settledLanes map[string][]settledMsg
+
+// settledMsg is a message acknowledged out of order: its stream
+// sequence and the hash of its ID.
+type settledMsg struct{ seq, id uint64 }
+
+// idHash is the hash settledLanes keeps of a message's ID (FNV-1a).
+func idHash(id string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// settleLocked records the acknowledgement of acked, deliveries of
+// partitions' readers the member just took out of its held set. Called
+// with sub.mu.
+func (s *sub) settleLocked(acked []*held) {
+	if len(acked) == 0 {
+		return
+	}
+	// The lowest sequence each reader still has unsettled: held, or
+	// handed back with Nack and due to come again.
+	low := map[*reader]uint64{}
+	for _, h := range acked {
+		if _, ok := low[h.r]; ok {
+			continue
+		}
+		var l uint64
+		for seq := range h.r.nacked {
+			if l == 0 || seq < l {
+				l = seq
+			}
+		}
+		low[h.r] = l
+	}
+	for h := range s.held.all() {
+		if l, ok := low[h.r]; ok && (l == 0 || h.seq < l) {
+			low[h.r] = h.seq
+		}
+	}
+	for _, h := range acked {
+		s.settled.settleLocked(h.r.lane, h.seq, h.d.ID, low[h.r])
+	}
+}
+
+// settleLocked records that this member acknowledged the message of ID
+// id at stream sequence seq of lane, while low was the lane's lowest
+// sequence still unsettled (0: none). With nothing earlier unsettled,
+// the lane's floor reaches seq: what it remembers below seq is forgotten
+// and seq is not remembered. Past maxPulled messages a lane's are
+// forgotten (a reset then hands them on again: a duplicate, never a
+// loss).
+func (s settledLanes) settleLocked(lane string, seq uint64, id string, low uint64) {
+	ms := s[lane]
+	i, found := slices.BinarySearchFunc(ms, seq, func(m settledMsg, seq uint64) int { return cmpSeq(m.seq, seq) })
+	switch {
+	case low == 0 || seq < low:
+		ms = slices.Delete(ms, 0, i)
+	case id == "" || found: // nothing to tell it from another message at seq
+	case len(ms) >= maxPulled:
+		ms = nil
+	default:
+		ms = slices.Insert(ms, i, settledMsg{seq, idHash(id)})
+	}
+	if len(ms) == 0 {
+		delete(s, lane)
+		return
+	}
+	s[lane] = ms
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// settledLocked reports whether this member acknowledged the message of
+// ID id at stream sequence seq of lane out of order. Called with sub.mu.
+func (s settledLanes) settledLocked(lane string, seq uint64, id string) bool {
+	ms := s[lane]
+	i, found := slices.BinarySearchFunc(ms, seq, func(m settledMsg, seq uint64) int { return cmpSeq(m.seq, seq) })
+	return found && id != "" && ms[i].id == idHash(id)
+}
+
+// forgetLocked forgets lane's messages at or below floor, its
+// consumer's ack floor: no reset redelivers them. Called with sub.mu.
+func (s settledLanes) forgetLocked(lane string, floor uint64) {
+	ms := s[lane]
+	i, _ := slices.BinarySearchFunc(ms, floor+1, func(m settledMsg, seq uint64) int { return cmpSeq(m.seq, seq) })
+	if ms = slices.Delete(ms, 0, i); len(ms) == 0 {
+		delete(s, lane)
+		return
+	}
+	s[lane] = ms
+}
