@@ -18,7 +18,8 @@ import (
 
 // take removes the deliveries from the held set and returns their
 // messages, leaving out those of lanes whose lease ran out (the lane's
-// next owner reads them again). With ack, it records the highest
+// next owner reads them again; this member, should it be the next, only
+// acknowledges those it handled). With ack, it records the highest
 // sequence acknowledged per reader, and returns the sequences whose run
 // counts (CountRun) Ack deletes; without (Nack), a partition's reader
 // expects them back.
@@ -49,6 +50,11 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) (msgs []jetstream.Msg, count
 			case !ack && h.r.exclusive:
 				h.r.nacked[h.seq] = struct{}{}
 			}
+		} else if ack && h.r.exclusive {
+			// Handled, but the lease ran out first: not acknowledged, and
+			// the lane's next claim redelivers it. Should that be this
+			// member's, it does not hand it on again (see settled.go).
+			s.settled.settleLocked(h.r.lane, h.seq, h.d.ID, 1)
 		}
 	}
 	s.settleLocked(exclusive)

@@ -251,11 +251,13 @@
 //     complete out of order within a lane), and deliveries the previous
 //     owner handled but could not acknowledge. A member that claims again
 //     a lane it lost (its lease ran out, say on a starved machine, or a
-//     pull failed) hands none of those it acknowledged to its engine
-//     again: it remembers, per lane, the messages it acknowledged while
-//     an earlier one was unsettled (sequence and ID) and acknowledges
-//     their redeliveries again; a lane it gave up to another member it
-//     forgets. Another member claiming the lane handles them again. The
+//     pull failed) hands none of those it handled to its engine again:
+//     it remembers, per lane, the messages it acknowledged while an
+//     earlier one was unsettled, and those it handled once the lease had
+//     run out (sequence and ID), and acknowledges their redeliveries
+//     again; a lane it gave up to another member it forgets. (A handler
+//     that returns after the engine was told the lane was lost is not
+//     known to the member: its message comes again.) Another member claiming the lane handles them again. The
 //     order check the tests apply is the honest one: a message may come
 //     again, but never before an earlier one that was not handled yet.
 //   - A reset starts the consumer afresh, and with it the server's

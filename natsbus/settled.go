@@ -9,7 +9,9 @@ package natsbus
 // lane was still unsettled (stream sequence, and a hash of the
 // message's ID, so that a message of a stream created anew at the same
 // sequence is never taken for one), and acknowledges such a redelivery
-// again instead of handing it on. What the member acknowledged with
+// again instead of handing it on; so does a message it handled when the
+// lane's lease had run out, which it could not acknowledge then. What
+// the member acknowledged with
 // nothing earlier unsettled is at or below the floor once the server
 // applied it, and nothing needs remembering below it. sub.mu guards it;
 // Ack (take) writes it, the pumps (hold) read it, the keeper
@@ -72,7 +74,8 @@ func (s *sub) settleLocked(acked []*held) {
 // id at stream sequence seq of lane, while low was the lane's lowest
 // sequence still unsettled (0: none). With nothing earlier unsettled,
 // the lane's floor reaches seq: what it remembers below seq is forgotten
-// and seq is not remembered. Past maxPulled messages a lane's are
+// and seq is not remembered. (A low of 1 remembers seq whatever came
+// before it: a message handled and not acknowledged.) Past maxPulled messages a lane's are
 // forgotten (a reset then hands them on again: a duplicate, never a
 // loss).
 func (s settledLanes) settleLocked(lane string, seq uint64, id string, low uint64) {
