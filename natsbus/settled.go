@@ -1,6 +1,7 @@
 package natsbus
 
-// What a partitioned member acknowledged out of order. A reset (see
+// What a partitioned member acknowledged out of order, or handled and
+// could not acknowledge. A reset (see
 // prepare) redelivers every message above a lane's ack floor, those
 // acknowledged out of order too; a member that lost a lane and claimed
 // it again (its lease ran out under load, a pull failed) would hand the
@@ -11,17 +12,17 @@ package natsbus
 // sequence is never taken for one), and acknowledges such a redelivery
 // again instead of handing it on; so does a message it handled when the
 // lane's lease had run out, which it could not acknowledge then. What
-// the member acknowledged with
-// nothing earlier unsettled is at or below the floor once the server
-// applied it, and nothing needs remembering below it. sub.mu guards it;
-// Ack (take) writes it, the pumps (hold) read it, the keeper
-// (recordLane) forgets what the consumer's ack floor passed, and a lane
-// given up to another member (release) is forgotten.
+// the member acknowledged with nothing earlier unsettled is at or below
+// the floor once the server applied it, and nothing needs remembering
+// below it. sub.mu guards it; Ack (take) writes it, the pumps (hold)
+// read it, the keeper (recordLane) forgets what the consumer's ack floor
+// passed, and a lane given up to another member (release) is forgotten.
 
 import "slices"
 
 // settledLanes is, per lane, the messages this member acknowledged out
-// of order, by stream sequence, ascending.
+// of order, or handled once the lease had run out, by stream sequence,
+// ascending.
 type settledLanes map[string][]settledMsg
 
 // settledMsg is a message acknowledged out of order: its stream
