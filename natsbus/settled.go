@@ -18,7 +18,11 @@ package natsbus
 // read it, the keeper (recordLane) forgets what the consumer's ack floor
 // passed, and a lane given up to another member (release) is forgotten.
 
-import "slices"
+import (
+	"cmp"
+	"hash/maphash"
+	"slices"
+)
 
 // settledLanes is, per lane, the messages this member acknowledged out
 // of order, or handled once the lease had run out, by stream sequence,
@@ -29,15 +33,12 @@ type settledLanes map[string][]settledMsg
 // sequence and the hash of its ID.
 type settledMsg struct{ seq, id uint64 }
 
-// idHash is the hash settledLanes keeps of a message's ID (FNV-1a).
-func idHash(id string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(id); i++ {
-		h ^= uint64(id[i])
-		h *= 1099511628211
-	}
-	return h
-}
+// idSeed seeds the hash settledLanes keeps of a message's ID: the hashes
+// are compared only within the process.
+var idSeed = maphash.MakeSeed()
+
+// idHash is the hash settledLanes keeps of a message's ID.
+func idHash(id string) uint64 { return maphash.String(idSeed, id) }
 
 // settleLocked records the acknowledgement of acked, deliveries of
 // partitions' readers the member just took out of its held set. Called
@@ -81,7 +82,7 @@ func (s *sub) settleLocked(acked []*held) {
 // loss).
 func (s settledLanes) settleLocked(lane string, seq uint64, id string, low uint64) {
 	ms := s[lane]
-	i, found := slices.BinarySearchFunc(ms, seq, func(m settledMsg, seq uint64) int { return cmpSeq(m.seq, seq) })
+	i, found := slices.BinarySearchFunc(ms, seq, func(m settledMsg, seq uint64) int { return cmp.Compare(m.seq, seq) })
 	switch {
 	case low == 0 || seq < low:
 		ms = slices.Delete(ms, 0, i)
@@ -98,21 +99,11 @@ func (s settledLanes) settleLocked(lane string, seq uint64, id string, low uint6
 	s[lane] = ms
 }
 
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // settledLocked reports whether this member acknowledged the message of
 // ID id at stream sequence seq of lane out of order. Called with sub.mu.
 func (s settledLanes) settledLocked(lane string, seq uint64, id string) bool {
 	ms := s[lane]
-	i, found := slices.BinarySearchFunc(ms, seq, func(m settledMsg, seq uint64) int { return cmpSeq(m.seq, seq) })
+	i, found := slices.BinarySearchFunc(ms, seq, func(m settledMsg, seq uint64) int { return cmp.Compare(m.seq, seq) })
 	return found && id != "" && ms[i].id == idHash(id)
 }
 
@@ -120,7 +111,7 @@ func (s settledLanes) settledLocked(lane string, seq uint64, id string) bool {
 // consumer's ack floor: no reset redelivers them. Called with sub.mu.
 func (s settledLanes) forgetLocked(lane string, floor uint64) {
 	ms := s[lane]
-	i, _ := slices.BinarySearchFunc(ms, floor+1, func(m settledMsg, seq uint64) int { return cmpSeq(m.seq, seq) })
+	i, _ := slices.BinarySearchFunc(ms, floor+1, func(m settledMsg, seq uint64) int { return cmp.Compare(m.seq, seq) })
 	if ms = slices.Delete(ms, 0, i); len(ms) == 0 {
 		delete(s, lane)
 		return
