@@ -803,7 +803,7 @@ func TestReclaimHandlesNothingTwice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, k)
+		transporttest.RunConsumer(t, k)
 		holdsLanes(t, k, 4)
 		handled := func(ids []string) error {
 			mu.Lock()
