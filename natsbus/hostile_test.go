@@ -737,13 +737,7 @@ func TestReclaimNotCounted(t *testing.T) {
 		case <-time.After(15 * time.Second):
 			t.Fatal("the message was not handled")
 		}
-		kv, err := js.KeyValue(ctx, natsbus.LeaseBucket(topic, "g"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := kv.Purge(ctx, "p.0"); err != nil {
-			t.Fatal(err)
-		}
+		purgeLease(ctx, t, js, topic, "g", 0)
 		eventually(t, 30*time.Second, func() error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -826,13 +820,7 @@ func TestReclaimHandlesNothingTwice(t *testing.T) {
 		})
 		behind := publishTo(t, c, topic, keys[1:])
 		eventually(t, 15*time.Second, func() error { return handled(behind) })
-		kv, err := js.KeyValue(ctx, natsbus.LeaseBucket(topic, "g"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := kv.Purge(ctx, "p.0"); err != nil {
-			t.Fatal(err)
-		}
+		purgeLease(ctx, t, js, topic, "g", 0)
 		eventually(t, 30*time.Second, func() error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -939,5 +927,19 @@ func runLeavingPoison(t *testing.T, k *omnibus.Consumer) func() {
 		if err := <-done; !errors.As(err, &unsettled) {
 			t.Errorf("Run: %v, want the poison message left unsettled", err)
 		}
+	}
+}
+
+// purgeLease takes the lease of partition part of topic's group away
+// behind its holder's back: the bucket forgets it, and a member may claim
+// it again.
+func purgeLease(ctx context.Context, t *testing.T, js jetstream.JetStream, topic, group string, part int) {
+	t.Helper()
+	kv, err := js.KeyValue(ctx, natsbus.LeaseBucket(topic, group))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(ctx, "p."+strconv.Itoa(part)); err != nil {
+		t.Fatal(err)
 	}
 }
