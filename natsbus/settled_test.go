@@ -69,6 +69,23 @@ func (f fakeMsg) InProgress() error                { return nil }
 func (f fakeMsg) Term() error                      { return nil }
 func (f fakeMsg) TermWithReason(string) error      { return nil }
 
+// laneReader is a partition's reader of lane, with no consumer: for
+// tests that hand it messages themselves (holdFake).
+func laneReader(lane string) *reader {
+	return &reader{lane: lane, exclusive: true, nacked: map[uint64]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// holdFake has s hold m, pulled by r: the delivery handed on, or nil
+// for a copy dropped.
+func holdFake(t *testing.T, s *sub, r *reader, m fakeMsg) *held {
+	t.Helper()
+	h, err := s.hold(r, m)
+	if err != nil {
+		t.Fatalf("hold %d: %v", m.seq, err)
+	}
+	return h
+}
+
 // TestReclaimedLaneSkipsSettled: a partition's reader holds messages 1
 // to 4; 2 is acknowledged while 1 is still unsettled, 4 handled after
 // the lease ran out (not acknowledged). The member claims the lane again
@@ -77,17 +94,11 @@ func (f fakeMsg) TermWithReason(string) error      { return nil }
 // sequence (a stream created anew) are.
 func TestReclaimedLaneSkipsSettled(t *testing.T) {
 	s := newSub(nil, "t", &streamRef{name: "T", parts: 1}, driver.SubscribeOptions{})
-	newReader := func() *reader {
-		return &reader{lane: "0", exclusive: true, nacked: map[uint64]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
-	}
+	newReader := func() *reader { return laneReader("0") }
 	acks := 0
 	hold := func(r *reader, seq, cseq uint64, id string) *held {
 		t.Helper()
-		h, err := s.hold(r, fakeMsg{seq, cseq, id, &acks})
-		if err != nil {
-			t.Fatalf("hold %d: %v", seq, err)
-		}
-		return h
+		return holdFake(t, s, r, fakeMsg{seq, cseq, id, &acks})
 	}
 	old := newReader()
 	var hs []*held
@@ -119,5 +130,62 @@ func TestReclaimedLaneSkipsSettled(t *testing.T) {
 	other := newReader()
 	if hold(other, 1, 1, "a") == nil || hold(other, 2, 2, "not b") == nil {
 		t.Error("a message of another ID at a sequence acknowledged before was not handed on")
+	}
+}
+
+// nopKV is a lease bucket whose deletes succeed and do nothing: release
+// ends by deleting the lease.
+type nopKV struct{ jetstream.KeyValue }
+
+func (nopKV) Delete(context.Context, string, ...jetstream.KVDeleteOpt) error { return nil }
+
+// nopLanes is an engine with nothing in flight: Revoked returns at once.
+type nopLanes struct{}
+
+func (nopLanes) Claimed([]string)                  {}
+func (nopLanes) Revoked(context.Context, []string) {}
+func (nopLanes) Lost([]string)                     {}
+
+// TestReleaseForgetsLane: a member acknowledged messages out of order on
+// lanes 0 and 1 (their first message is still unsettled), then gives
+// lane 0 up to another member (release). It must forget what it
+// remembers of lane 0, and of lane 0 only: should it claim lane 0 again
+// later, the lane's other owner meanwhile settled (or handled again) what
+// is in between, and a message at a remembered sequence is one this
+// member must not take for its own. Without release's forgetting, lane
+// 0's entry is left and a redelivery of its message 2 is acknowledged
+// instead of handed on.
+func TestReleaseForgetsLane(t *testing.T) {
+	s := newSub(nil, "t", &streamRef{name: "T", parts: 2}, driver.SubscribeOptions{Lanes: nopLanes{}})
+	p := &partitioned{s: s, kv: nopKV{}, ttl: time.Second, ctx: context.Background(), leases: map[int]*lease{}}
+	s.part = p
+	acks := 0
+	readers := map[string]*reader{}
+	for part, lane := range []string{"0", "1"} {
+		r := laneReader(lane)
+		readers[lane] = r
+		s.readers[lane] = r
+		p.leases[part] = &lease{part: part, lane: lane, reader: r, claimed: true}
+		holdFake(t, s, r, fakeMsg{1, 1, lane + "a", &acks}) // unsettled
+		h := holdFake(t, s, r, fakeMsg{2, 2, lane + "b", &acks})
+		if msgs, _ := s.take([]*driver.Delivery{&h.d}, true); len(msgs) != 1 {
+			t.Fatalf("lane %s: acknowledging 2 took %d messages, want 1", lane, len(msgs))
+		}
+		if !s.settled.settledLocked(lane, 2, lane+"b") {
+			t.Fatalf("lane %s: 2, acknowledged while 1 was unsettled, is not remembered", lane)
+		}
+	}
+	close(readers["0"].done) // its pump returned
+	p.release(0)
+	if ms, ok := s.settled["0"]; ok {
+		t.Errorf("after lane 0 was given up, the member still remembers %v of it", ms)
+	}
+	if !s.settled.settledLocked("1", 2, "1b") {
+		t.Error("giving lane 0 up forgot lane 1's acknowledgement too")
+	}
+	again := laneReader("0") // the reset redelivers from 1
+	holdFake(t, s, again, fakeMsg{1, 1, "0a", &acks})
+	if holdFake(t, s, again, fakeMsg{2, 2, "0b", &acks}) == nil {
+		t.Error("claimed again after it was given up, lane 0's message 2 was acknowledged, not handed on")
 	}
 }
