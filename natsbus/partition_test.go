@@ -60,20 +60,33 @@ func (o *keyOrder) unique() int {
 	return len(o.ids)
 }
 
+// keySeqs numbers each key's messages 1, 2, ... in the seq header
+// keyOrder reads.
+type keySeqs map[string]int
+
+// next returns a message of each of keys, numbered after the key's last.
+func (s keySeqs) next(keys ...string) []*omnibus.Message {
+	ms := make([]*omnibus.Message, len(keys))
+	for i, k := range keys {
+		s[k]++
+		ms[i] = &omnibus.Message{Key: k, Headers: map[string]string{"seq": strconv.Itoa(s[k])}, Body: []byte("x")}
+	}
+	return ms
+}
+
 // publishKeyed publishes n messages over keys keys in batches, each
 // message with its per-key sequence in the seq header, pausing between
 // batches so that consumers work while it goes on.
 func publishKeyed(ctx context.Context, c *omnibus.Client, topic string, n, keys int) ([]string, error) {
-	seqs := make([]int, keys)
+	seqs := keySeqs{}
 	var ids []string
 	const batch = 250
 	for i := 0; i < n; i += batch {
-		var ms []*omnibus.Message
+		var ks []string
 		for j := i; j < min(n, i+batch); j++ {
-			k := j % keys
-			seqs[k]++
-			ms = append(ms, &omnibus.Message{Key: "k" + strconv.Itoa(k), Headers: map[string]string{"seq": strconv.Itoa(seqs[k])}, Body: []byte("x")})
+			ks = append(ks, "k"+strconv.Itoa(j%keys))
 		}
+		ms := seqs.next(ks...)
 		if err := c.Publish(ctx, topic, ms...); err != nil {
 			return ids, err
 		}
