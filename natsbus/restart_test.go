@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/internal/testenv"
 	"github.com/omnibus-go/omnibus/natsbus"
 	"github.com/omnibus-go/omnibus/transporttest"
 )
@@ -33,7 +34,7 @@ type privateServer struct {
 func startPrivateServer(t testing.TB) *privateServer {
 	t.Helper()
 	if _, err := os.Stat(natsServerBin); err != nil {
-		t.Skipf("SKIP (missing binary): %s not found; install nats-server", natsServerBin)
+		testenv.SkipOrFail(t, "missing binary", natsServerBin+" not found; install nats-server")
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
