@@ -26,7 +26,8 @@ import (
 func (s *sub) take(ds []*driver.Delivery, ack bool) (msgs []jetstream.Msg, counted []uint64) {
 	msgs = make([]jetstream.Msg, 0, len(ds))
 	now := time.Now()
-	var exclusive []*held // acknowledged, of partitions
+	var buf [64]*held
+	exclusive := buf[:0] // acknowledged, of partitions
 	s.mu.Lock()
 	for _, d := range ds {
 		h, ok := d.Token.(*held)

@@ -99,19 +99,15 @@ func (p *partitioned) detach(r *reader) (low uint64) {
 	return low
 }
 
-// lowestHeldLocked returns the lowest stream sequence of r's deliveries
-// not yet acknowledged, and forgets them when drop is set.
+// lowestHeldLocked returns the lowest stream sequence of partition
+// reader r's deliveries not yet acknowledged, and forgets them when drop
+// is set.
 func (s *sub) lowestHeldLocked(r *reader, drop bool) (low uint64) {
-	for h := range s.held.all() {
-		if h.r != r {
-			continue
-		}
-		if low == 0 || h.seq < low {
-			low = h.seq
-		}
-		if drop {
-			s.held.remove(h)
-		}
+	if r.first != nil {
+		low = r.first.seq
+	}
+	for h := r.first; drop && h != nil; h = r.first {
+		s.held.remove(h)
 	}
 	return low
 }

@@ -1,9 +1,11 @@
 package natsbus
 
-// The held set: what a member pulled and did not settle, in pull order,
-// and hold, which takes a pulled message in or drops it as a copy of one
-// held or settled. hold runs on a pump; sub.mu guards the set and the
-// readers' pulled sequences.
+// The held set: what a member pulled and did not settle, in pull order
+// (and each partition reader's own, by stream sequence, so that Ack finds
+// a lane's lowest unsettled message at once), and hold, which takes a
+// pulled message in or drops it as a copy of one held or settled. hold
+// runs on a pump; sub.mu guards the set and the readers' pulled
+// sequences.
 
 import (
 	"errors"
@@ -28,6 +30,9 @@ type held struct {
 	counted bool          // CountRun recorded a run: Ack deletes the record
 
 	prev, next *held // in heldList; nil when not listed
+	// In its reader's own list, by stream sequence (partitions' readers
+	// only; see reader.first): nil at either end.
+	lprev, lnext *held
 }
 
 // hold converts msg, just pulled by r, into a delivery and holds it: from
@@ -134,7 +139,8 @@ func hasKey[K comparable, V any](m map[K]V, k K) bool {
 
 // heldList is the deliveries a member holds, oldest first: an intrusive
 // list, so that adding and removing one costs no allocation nor hashing.
-// The zero value is empty. Guarded by sub.mu.
+// A partition's reader also lists its own by stream sequence (see
+// reader.first). The zero value is empty. Guarded by sub.mu.
 type heldList struct {
 	root held // root.next is the first, root.prev the last
 }
@@ -147,6 +153,9 @@ func (l *heldList) push(h *held) {
 	h.prev, h.next = last, &l.root
 	last.next = h
 	l.root.prev = h
+	if h.r.exclusive {
+		h.r.listLocked(h)
+	}
 }
 
 // remove unlinks h; false when it was not listed.
@@ -156,7 +165,47 @@ func (l *heldList) remove(h *held) bool {
 	}
 	h.prev.next, h.next.prev = h.next, h.prev
 	h.prev, h.next = nil, nil
+	if h.r.exclusive {
+		h.r.unlistLocked(h)
+	}
 	return true
+}
+
+// listLocked adds h to r's deliveries by stream sequence. A partition's
+// reader pulls its messages in order, so h normally goes last, at no
+// cost; only a message handed back with Nack comes again below newer
+// ones. Called with sub.mu.
+func (r *reader) listLocked(h *held) {
+	at := r.last // h goes after at
+	for at != nil && at.seq > h.seq {
+		at = at.lprev
+	}
+	h.lprev = at
+	if at == nil {
+		h.lnext, r.first = r.first, h
+	} else {
+		h.lnext, at.lnext = at.lnext, h
+	}
+	if h.lnext == nil {
+		r.last = h
+	} else {
+		h.lnext.lprev = h
+	}
+}
+
+// unlistLocked removes h from r's deliveries. Called with sub.mu.
+func (r *reader) unlistLocked(h *held) {
+	if h.lprev == nil {
+		r.first = h.lnext
+	} else {
+		h.lprev.lnext = h.lnext
+	}
+	if h.lnext == nil {
+		r.last = h.lprev
+	} else {
+		h.lnext.lprev = h.lprev
+	}
+	h.lprev, h.lnext = nil, nil
 }
 
 // all yields every listed delivery, oldest first; the one yielded may be

@@ -48,6 +48,11 @@ type reader struct {
 	pulled    []uint64
 	floor     uint64
 	nacked    map[uint64]struct{}
+	// first and last are r's held deliveries by stream sequence, lowest
+	// first (a list through held.lnext, kept by heldList): Ack finds a
+	// lane's lowest unsettled sequence without walking the held set.
+	// Partitions' readers only; guarded by sub.mu.
+	first, last *held
 	// pin is the pin the server gave r's pulls of a pinned partition
 	// consumer (the Nats-Pin-Id of their messages), asked for by the next
 	// request. The pump's.

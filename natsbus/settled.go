@@ -42,34 +42,49 @@ func idHash(id string) uint64 { return maphash.String(idSeed, id) }
 
 // settleLocked records the acknowledgement of acked, deliveries of
 // partitions' readers the member just took out of its held set. Called
-// with sub.mu.
+// with sub.mu. It costs O(len(acked)) (more only while messages handed
+// back with Nack are due): Ack calls it with every batch.
 func (s *sub) settleLocked(acked []*held) {
-	if len(acked) == 0 {
-		return
+	// The lowest sequence each reader of the batch still has unsettled,
+	// looked up once per reader while a few are remembered.
+	var lows [8]struct {
+		r   *reader
+		low uint64
 	}
-	// The lowest sequence each reader still has unsettled: held, or
-	// handed back with Nack and due to come again.
-	low := map[*reader]uint64{}
+	n := 0
 	for _, h := range acked {
-		if _, ok := low[h.r]; ok {
-			continue
+		i := 0
+		for i < n && lows[i].r != h.r {
+			i++
 		}
-		var l uint64
-		for seq := range h.r.nacked {
-			if l == 0 || seq < l {
-				l = seq
+		var low uint64
+		if i < n {
+			low = lows[i].low
+		} else {
+			low = h.r.lowestUnsettledLocked()
+			if n < len(lows) {
+				lows[n].r, lows[n].low = h.r, low
+				n++
 			}
 		}
-		low[h.r] = l
+		s.settled.settleLocked(h.r.lane, h.seq, h.d.ID, low)
 	}
-	for h := range s.held.all() {
-		if l, ok := low[h.r]; ok && (l == 0 || h.seq < l) {
-			low[h.r] = h.seq
+}
+
+// lowestUnsettledLocked returns the lowest sequence partition reader r
+// still has unsettled (0: none): held, or handed back with Nack and due
+// to come again. Called with sub.mu.
+func (r *reader) lowestUnsettledLocked() uint64 {
+	var low uint64
+	if r.first != nil {
+		low = r.first.seq
+	}
+	for seq := range r.nacked {
+		if low == 0 || seq < low {
+			low = seq
 		}
 	}
-	for _, h := range acked {
-		s.settled.settleLocked(h.r.lane, h.seq, h.d.ID, low[h.r])
-	}
+	return low
 }
 
 // settleLocked records that this member acknowledged the message of ID

@@ -194,6 +194,66 @@ func TestReleaseForgetsLane(t *testing.T) {
 	}
 }
 
+// TestLowestUnsettled: a partition's reader holds 1 to 4 and hands 1
+// back with Nack; while 1 is due again, acknowledging 3 is out of order
+// (remembered). 1 comes again, after 4 in pull order but first by
+// sequence: acknowledging 2 is still out of order. Once 1 is
+// acknowledged, 4 is the lowest unsettled, and acknowledging it is in
+// order (the lane forgets 2 and 3 below it). Ack finds each reader's lowest unsettled sequence from the
+// reader's own list, kept in sequence order by hold and take; a list
+// kept in pull order, or one that forgot the sequences handed back,
+// fails here.
+func TestLowestUnsettled(t *testing.T) {
+	s := newSub(nil, "t", &streamRef{name: "T", parts: 1}, driver.SubscribeOptions{})
+	r := laneReader("0")
+	acks := 0
+	hs := map[uint64]*held{}
+	for seq := uint64(1); seq <= 4; seq++ {
+		hs[seq] = holdFake(t, s, r, fakeMsg{seq, seq, string(rune('a' + seq - 1)), &acks})
+	}
+	take := func(seq uint64, ack bool) {
+		t.Helper()
+		if msgs, _ := s.take([]*driver.Delivery{&hs[seq].d}, ack); len(msgs) != 1 {
+			t.Fatalf("taking %d took %d messages, want 1", seq, len(msgs))
+		}
+	}
+	lowest := func(want uint64) {
+		t.Helper()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if got := r.lowestUnsettledLocked(); got != want {
+			t.Fatalf("lowest unsettled %d, want %d", got, want)
+		}
+	}
+	take(1, false)
+	lowest(1)
+	take(3, true)
+	if hs[1] = holdFake(t, s, r, fakeMsg{1, 5, "a", &acks}); hs[1] == nil {
+		t.Fatal("1, handed back with Nack, was not held again")
+	}
+	lowest(1)
+	take(2, true)
+	take(1, true)
+	lowest(4)
+	for _, c := range []struct {
+		seq  uint64
+		id   string
+		want bool
+	}{{1, "a", false}, {2, "b", true}, {3, "c", true}} {
+		if got := s.settled.settledLocked("0", c.seq, c.id); got != c.want {
+			t.Errorf("%d remembered as acknowledged out of order: %v, want %v", c.seq, got, c.want)
+		}
+	}
+	take(4, true)
+	lowest(0)
+	if ms, ok := s.settled["0"]; ok {
+		t.Errorf("after 4 was acknowledged in order, %v is still remembered", ms)
+	}
+	if r.first != nil || r.last != nil {
+		t.Errorf("the reader still lists deliveries after all were settled")
+	}
+}
+
 // BenchmarkAckPartitioned measures Ack's bookkeeping (take) on
 // partitioned lanes: a member holds 1024 deliveries over 4 lanes and
 // the engine acknowledges them in batches of 32, oldest first but out of
