@@ -256,16 +256,21 @@ func TestLowestUnsettled(t *testing.T) {
 
 // BenchmarkAckPartitioned measures Ack's bookkeeping (take) on
 // partitioned lanes: a member holds 1024 deliveries over 4 lanes and
-// the engine acknowledges them in batches of 32, oldest first but out of
-// order within a batch (keys complete out of order); the deliveries of
-// each batch are then held again as the lane's newest (as the pump would
-// hold new ones). The server's side (the acks sent, the flush) is left
-// out.
+// the engine acknowledges them in batches of 16, 32 or 64, oldest first
+// but out of order within a batch (keys complete out of order); the
+// deliveries of each batch are then held again as the lane's newest (as
+// the pump would hold new ones). The server's side (the acks sent, the
+// flush) is left out.
 func BenchmarkAckPartitioned(b *testing.B) {
+	for _, batch := range []int{16, 32, 64} {
+		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) { benchmarkAck(b, batch) })
+	}
+}
+
+func benchmarkAck(b *testing.B, batch int) {
 	const (
 		lanes   = 4
 		holding = 1024
-		batch   = 32
 	)
 	s := newSub(nil, "t", &streamRef{name: "T", parts: lanes}, driver.SubscribeOptions{})
 	acks := 0
