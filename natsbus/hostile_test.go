@@ -970,130 +970,172 @@ func TestGuardedLaneDeadLetterStuck(t *testing.T) {
 // lane's later messages of other keys, out of order. Then B joins (A
 // gives two lanes up, one at a time, each drained within its bound) and
 // A closes: B claims every lane, and lane 0's reset redelivers from the
-// failing message, which B handles. Nothing may be lost; no key's
-// message may be handled for the first time after a newer one of its key
-// was (keyOrder, across the group); and the only messages handled twice
-// are those doc.go allows on a hand-over to another member: lane 0's
+// failing message, which B handles ("Retried") or which fails on B too
+// until it is dead-lettered after its attempts ("DeadLettered": A counts
+// as one of its holders). Nothing may be lost; no key's message may be
+// handled for the first time after a newer one of its key was settled
+// (keyOrder, across the group; the dead-lettered message counts as
+// settled on its last attempt); and the only messages handled twice are
+// those doc.go allows on a hand-over to another member: lane 0's
 // messages above the failing one that A acknowledged out of order, once
 // by A and once by B. A guard: it passed on the code it was written
 // against; it fails if a hand-over loses a message, if a reset does not
 // start at the ack floor (the failing message, or its key's next, would
-// come after newer ones), or if a lane given up redelivers what was
-// acknowledged in order.
+// come after newer ones: it failed so with prepare's reset skipped), or
+// if a lane given up redelivers what was acknowledged in order.
 func TestHandOverBehindFailingMessage(t *testing.T) {
-	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
-		u := withParams(base, testParams)
-		pub := open(t, u)
-		topic := newTopic(ctx, t, pub, base, 4)
-		lane0 := keysOn(0, 4, 6)
-		poison, others := lane0[0], lane0[1:]
-		var elsewhere []string
-		for p := 1; p < 4; p++ {
-			elsewhere = append(elsewhere, keysOn(p, 4, 2)...)
-		}
-
-		order := newKeyOrder()
-		var mu sync.Mutex
-		by := map[string][]string{} // per ID, the members that handled it
-		onA := map[string]uint64{}  // lane 0's messages A handled: their positions
-		var poisonAt uint64         // the failing message's position
-		handler := func(member string) omnibus.Handler {
-			return func(ctx context.Context, m *omnibus.Message) error {
-				pos, _ := strconv.ParseUint(m.Position, 10, 64)
-				if m.Key == poison && member == "A" {
-					mu.Lock()
-					poisonAt = pos
-					mu.Unlock()
-					return errors.New("failing on A")
-				}
-				if err := order.handle(ctx, m); err != nil {
-					return err
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				by[m.ID] = append(by[m.ID], member)
-				if member == "A" && m.Lane == "0" {
-					onA[m.ID] = pos
-				}
-				return nil
-			}
-		}
-		handled := func(ids []string) error {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, id := range ids {
-				if len(by[id]) == 0 {
-					return fmt.Errorf("message %s not handled", id)
-				}
-			}
-			return nil
-		}
-		opts := []omnibus.SubscribeOption{omnibus.Group("g"), omnibus.MaxAttempts(1000),
-			omnibus.Backoff(50*time.Millisecond, 200*time.Millisecond), omnibus.DrainTimeout(500 * time.Millisecond)}
-		a, err := open(t, u).Subscribe(ctx, topic, handler("A"), opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stopA := runLeavingPoison(t, a, true)
-		holdsLanes(t, a, 4)
-
-		seqs := keySeqs{}
-		ids := publishMsgs(t, pub, topic, seqs.next(poison))
-		eventually(t, 15*time.Second, func() error {
-			mu.Lock()
-			defer mu.Unlock()
-			if poisonAt == 0 {
-				return errors.New("the failing message was not tried")
-			}
-			return nil
+	for _, deadLetter := range []bool{false, true} {
+		name := map[bool]string{false: "Retried", true: "DeadLettered"}[deadLetter]
+		t.Run(name, func(t *testing.T) {
+			onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
+				handOverBehindFailingMessage(t, ctx, base, deadLetter)
+			})
 		})
-		var behind []string // not of the failing message's key
-		for range 5 {
-			round := publishMsgs(t, pub, topic, seqs.next(append(others, elsewhere...)...))
-			behind = append(behind, round...)
-			ids = append(append(ids, round...), publishMsgs(t, pub, topic, seqs.next(poison))...)
-		}
-		eventually(t, 20*time.Second, func() error { return handled(behind) })
+	}
+}
 
-		b, err := open(t, u).Subscribe(ctx, topic, handler("B"), opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		transporttest.RunConsumer(t, b)
-		holdsLanes(t, b, 2)
-		ids = append(ids, publishMsgs(t, pub, topic, seqs.next(append(lane0, elsewhere...)...))...)
-		stopA()
-		if err := a.Close(); err != nil {
-			t.Fatalf("Close A: %v", err)
-		}
-		holdsLanes(t, b, 4)
-		ids = append(ids, publishMsgs(t, pub, topic, seqs.next(append(lane0, elsewhere...)...))...)
-		eventually(t, 30*time.Second, func() error { return handled(ids) })
+// handOverBehindFailingMessage is TestHandOverBehindFailingMessage on
+// base; with deadLetter, the failing message is dead-lettered by B.
+func handOverBehindFailingMessage(t *testing.T, ctx context.Context, base string, deadLetter bool) {
+	u := withParams(base, testParams)
+	pub := open(t, u)
+	topic := newTopic(ctx, t, pub, base, 4)
+	lane0 := keysOn(0, 4, 6)
+	poison, others := lane0[0], lane0[1:]
+	var elsewhere []string
+	for p := 1; p < 4; p++ {
+		elsewhere = append(elsewhere, keysOn(p, 4, 2)...)
+	}
 
-		order.mu.Lock()
-		if len(order.errs) > 0 {
-			t.Errorf("key order broken %d times across the group, e.g. %v", len(order.errs), order.errs[:min(5, len(order.errs))])
+	order := newKeyOrder()
+	var mu sync.Mutex
+	by := map[string][]string{} // per ID, the members that handled it
+	onA := map[string]uint64{}  // lane 0's messages A handled: their positions
+	var poisonAt uint64         // the failing message's position
+	const attemptsOnB = 3
+	handler := func(member string) omnibus.Handler {
+		return func(ctx context.Context, m *omnibus.Message) error {
+			pos, _ := strconv.ParseUint(m.Position, 10, 64)
+			failing := m.Key == poison && m.Headers["seq"] == "1"
+			if failing && member == "A" {
+				mu.Lock()
+				poisonAt = pos
+				mu.Unlock()
+				return errors.New("failing on A")
+			}
+			if failing && deadLetter {
+				if m.Attempt < attemptsOnB {
+					return errors.New("failing on B")
+				}
+				// Its last attempt: the engine dead-letters it, which
+				// settles it.
+				_ = order.handle(ctx, m)
+				mu.Lock()
+				by[m.ID] = append(by[m.ID], member)
+				mu.Unlock()
+				return errors.New("failing on B for good")
+			}
+			if err := order.handle(ctx, m); err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			by[m.ID] = append(by[m.ID], member)
+			if member == "A" && m.Lane == "0" {
+				onA[m.ID] = pos
+			}
+			return nil
 		}
-		order.mu.Unlock()
+	}
+	handled := func(ids []string) error {
 		mu.Lock()
 		defer mu.Unlock()
-		allowed, bad := 0, []string{}
-		for id, ms := range by {
-			if len(ms) < 2 {
-				continue
+		for _, id := range ids {
+			if len(by[id]) == 0 {
+				return fmt.Errorf("message %s not handled", id)
 			}
-			if pos, ok := onA[id]; ok && len(ms) == 2 && ms[0] == "A" && ms[1] == "B" && pos > poisonAt {
-				allowed++
-				continue
-			}
-			bad = append(bad, fmt.Sprintf("%s by %v", id, ms))
 		}
-		if len(bad) > 0 {
-			t.Errorf("%d messages handled twice beyond what a hand-over allows (lane 0's above its failing message, acknowledged out of order by A, then handled by B), e.g. %v",
-				len(bad), bad[:min(5, len(bad))])
+		return nil
+	}
+	opts := []omnibus.SubscribeOption{omnibus.Group("g"), omnibus.MaxAttempts(1000),
+		omnibus.Backoff(50*time.Millisecond, 200*time.Millisecond), omnibus.DrainTimeout(500 * time.Millisecond)}
+	a, err := open(t, u).Subscribe(ctx, topic, handler("A"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopA := runLeavingPoison(t, a, true)
+	holdsLanes(t, a, 4)
+
+	seqs := keySeqs{}
+	ids := publishMsgs(t, pub, topic, seqs.next(poison))
+	eventually(t, 15*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if poisonAt == 0 {
+			return errors.New("the failing message was not tried")
 		}
-		t.Logf("%d unique IDs handled of %d published; %d handled again by B after the hand-over, as doc.go allows", len(by), len(ids), allowed)
+		return nil
 	})
+	var behind []string // not of the failing message's key
+	for range 5 {
+		round := publishMsgs(t, pub, topic, seqs.next(append(others, elsewhere...)...))
+		behind = append(behind, round...)
+		ids = append(append(ids, round...), publishMsgs(t, pub, topic, seqs.next(poison))...)
+	}
+	eventually(t, 20*time.Second, func() error { return handled(behind) })
+
+	if deadLetter {
+		if err := pub.CreateTopic(ctx, topic+".dlq", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := open(t, u).Subscribe(ctx, topic, handler("B"), append(opts, omnibus.MaxAttempts(attemptsOnB))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transporttest.RunConsumer(t, b)
+	holdsLanes(t, b, 2)
+	ids = append(ids, publishMsgs(t, pub, topic, seqs.next(append(lane0, elsewhere...)...))...)
+	stopA()
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close A: %v", err)
+	}
+	holdsLanes(t, b, 4)
+	ids = append(ids, publishMsgs(t, pub, topic, seqs.next(append(lane0, elsewhere...)...))...)
+	eventually(t, 30*time.Second, func() error { return handled(ids) })
+
+	order.mu.Lock()
+	if len(order.errs) > 0 {
+		t.Errorf("key order broken %d times across the group, e.g. %v", len(order.errs), order.errs[:min(5, len(order.errs))])
+	}
+	order.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	allowed, bad := 0, []string{}
+	for id, ms := range by {
+		if len(ms) < 2 {
+			continue
+		}
+		if pos, ok := onA[id]; ok && len(ms) == 2 && ms[0] == "A" && ms[1] == "B" && pos > poisonAt {
+			allowed++
+			continue
+		}
+		bad = append(bad, fmt.Sprintf("%s by %v", id, ms))
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d messages handled twice beyond what a hand-over allows (lane 0's above its failing message, acknowledged out of order by A, then handled by B), e.g. %v",
+			len(bad), bad[:min(5, len(bad))])
+	}
+	if deadLetter {
+		info, err := rawJetStream(t, u).Stream(ctx, natsbus.StreamName(topic+".dlq"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := info.CachedInfo().State.Msgs; n != 1 {
+			t.Errorf("%d dead letters, want 1 (the failing message's)", n)
+		}
+	}
+	t.Logf("%d unique IDs handled of %d published; %d handled again by B after the hand-over, as doc.go allows", len(by), len(ids), allowed)
 }
 
 // runLeavingPoison runs k in the background; the function it returns
