@@ -112,7 +112,7 @@ func TestBadInput(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 
-			billing, err := bus.New(open(t, rawURL), "billing", bus.Namespace(ns), bus.WithCodec(brokenCodec{}),
+			billing, err := bus.New(transporttest.Open(t, rawURL), "billing", bus.Namespace(ns), bus.WithCodec(brokenCodec{}),
 				bus.SubscribeCommands(omnibus.MaxAttempts(2), omnibus.Backoff(10*time.Millisecond, 20*time.Millisecond)))
 			must(t, err)
 			must(t, bus.HandleCommand(billing, func(ctx context.Context, inv bus.Invocation, a Audit) error {
@@ -132,9 +132,9 @@ func TestBadInput(t *testing.T) {
 				}
 				return inv.Reply(ctx, Charged{Order: c.Order})
 			}))
-			orders, err := bus.New(open(t, rawURL), "orders", bus.Namespace(ns), bus.WithCodec(brokenCodec{}))
+			orders, err := bus.New(transporttest.Open(t, rawURL), "orders", bus.Namespace(ns), bus.WithCodec(brokenCodec{}))
 			must(t, err)
-			dead := deadLetters(t, ctx, open(t, rawURL), billing.CommandTopic("billing"))
+			dead := deadLetters(t, ctx, transporttest.Open(t, rawURL), billing.CommandTopic("billing"))
 			start(t, ctx, billing)
 			start(t, ctx, orders)
 			defer close(release)
@@ -227,7 +227,7 @@ func TestBadInput(t *testing.T) {
 func TestRegistration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := bus.New(open(t, "mem://"+namespace()), "billing")
+	b, err := bus.New(transporttest.Open(t, "mem://"+namespace()), "billing")
 	must(t, err)
 	h := func(context.Context, bus.Invocation, ChargeCard) error { return nil }
 	must(t, bus.HandleCommand(b, h))
@@ -259,7 +259,7 @@ func TestRegistration(t *testing.T) {
 	if s := b.Stats(); s.Sent != 0 || s.Requests != 0 {
 		t.Errorf("a refused Request sent something: %+v", s)
 	}
-	if _, err := bus.New(open(t, "mem://"+namespace()), "billing.eu"); !errors.Is(err, omnibus.ErrInvalid) {
+	if _, err := bus.New(transporttest.Open(t, "mem://"+namespace()), "billing.eu"); !errors.Is(err, omnibus.ErrInvalid) {
 		t.Errorf("service name with a dot: %v, want ErrInvalid", err)
 	}
 }
@@ -300,7 +300,7 @@ func TestProtobufAndMiddleware(t *testing.T) {
 		}
 	}
 	var contentType, trailHeader atomic.Value
-	echo, err := bus.New(open(t, u), "echo", bus.Use(handlerMW("h1"), handlerMW("h2")))
+	echo, err := bus.New(transporttest.Open(t, u), "echo", bus.Use(handlerMW("h1"), handlerMW("h2")))
 	must(t, err)
 	must(t, bus.HandleCommand(echo, func(ctx context.Context, inv bus.Invocation, s *wrapperspb.StringValue) error {
 		note("handler")
@@ -308,7 +308,7 @@ func TestProtobufAndMiddleware(t *testing.T) {
 		trailHeader.Store(inv.Message().Headers["trail"])
 		return inv.Reply(ctx, wrapperspb.String("echo: "+s.GetValue()))
 	}))
-	caller, err := bus.New(open(t, u), "caller", bus.UseSend(sendMW("s1"), sendMW("s2")))
+	caller, err := bus.New(transporttest.Open(t, u), "caller", bus.UseSend(sendMW("s1"), sendMW("s2")))
 	must(t, err)
 	start(t, ctx, echo)
 	start(t, ctx, caller)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/bus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // BenchmarkLatency measures, one message at a time, on each transport:
@@ -27,7 +28,7 @@ func BenchmarkLatency(b *testing.B) {
 			defer cancel()
 
 			b.Run("raw", func(b *testing.B) {
-				c := open(b, rawURL)
+				c := transporttest.Open(b, rawURL)
 				topic := ns + ".raw"
 				if err := c.CreateTopic(ctx, topic, 4); err != nil {
 					b.Fatal(err)
@@ -37,7 +38,7 @@ func BenchmarkLatency(b *testing.B) {
 					got <- time.Now()
 					return nil
 				})
-				pub := open(b, rawURL)
+				pub := transporttest.Open(b, rawURL)
 				measure(b, func() time.Duration {
 					t0 := time.Now()
 					if err := pub.Publish(ctx, topic, &omnibus.Message{Key: "k", Body: []byte(`{"order":"o"}`)}); err != nil {
@@ -48,7 +49,7 @@ func BenchmarkLatency(b *testing.B) {
 			})
 
 			got := make(chan time.Time, 1)
-			billing, err := bus.New(open(b, rawURL), "billing", bus.Namespace(ns))
+			billing, err := bus.New(transporttest.Open(b, rawURL), "billing", bus.Namespace(ns))
 			must(b, err)
 			must(b, bus.HandleCommand(billing, func(ctx context.Context, inv bus.Invocation, c ChargeCard) error {
 				if c.Order == "send" {
@@ -57,7 +58,7 @@ func BenchmarkLatency(b *testing.B) {
 				}
 				return inv.Reply(ctx, Charged{Order: c.Order})
 			}))
-			orders, err := bus.New(open(b, rawURL), "orders", bus.Namespace(ns))
+			orders, err := bus.New(transporttest.Open(b, rawURL), "orders", bus.Namespace(ns))
 			must(b, err)
 			start(b, ctx, billing)
 			start(b, ctx, orders)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/bus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // The scenario's messages. Each carries its order as its key.
@@ -109,16 +110,16 @@ func scenario(t *testing.T, rawURL, ns string, orders int) {
 	fast := bus.Subscribe(omnibus.Backoff(20*time.Millisecond, 200*time.Millisecond))
 
 	// The dead-letter topic of billing's commands, read from the start.
-	namer, err := bus.New(open(t, rawURL), "namer", bus.Namespace(ns))
+	namer, err := bus.New(transporttest.Open(t, rawURL), "namer", bus.Namespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadLettered := deadLetters(t, ctx, open(t, rawURL), namer.CommandTopic("billing"))
+	deadLettered := deadLetters(t, ctx, transporttest.Open(t, rawURL), namer.CommandTopic("billing"))
 
 	// Billing: two instances, one group.
 	var billings []*bus.Bus
 	for range 2 {
-		b, err := bus.New(open(t, rawURL), "billing", bus.Namespace(ns), fast)
+		b, err := bus.New(transporttest.Open(t, rawURL), "billing", bus.Namespace(ns), fast)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +160,7 @@ func scenario(t *testing.T, rawURL, ns string, orders int) {
 	}
 
 	// Shipping: events of orders (in batches) and of billing.
-	shipping, err := bus.New(open(t, rawURL), "shipping", bus.Namespace(ns), fast,
+	shipping, err := bus.New(transporttest.Open(t, rawURL), "shipping", bus.Namespace(ns), fast,
 		bus.SubscribeEvents("orders", omnibus.Batch(50, 1<<20, 20*time.Millisecond)))
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +187,7 @@ func scenario(t *testing.T, rawURL, ns string, orders int) {
 	// Orders: two instances sending; each counts the replies it gets.
 	var ordersBus []*bus.Bus
 	for range 2 {
-		b, err := bus.New(open(t, rawURL), "orders", bus.Namespace(ns), fast)
+		b, err := bus.New(transporttest.Open(t, rawURL), "orders", bus.Namespace(ns), fast)
 		if err != nil {
 			t.Fatal(err)
 		}

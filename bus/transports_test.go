@@ -20,7 +20,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
 
-	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/nsqtest"
 	"github.com/omnibus-go/omnibus/internal/testenv"
 	_ "github.com/omnibus-go/omnibus/kafkabus"
@@ -169,19 +168,6 @@ func namespace() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return "bt" + hex.EncodeToString(b[:])
-}
-
-// open opens a client on rawURL, closed at cleanup.
-func open(t testing.TB, rawURL string) *omnibus.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := omnibus.Open(ctx, rawURL)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", omnibus.RedactURL(rawURL), err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // deleteStreams removes the streams (and KV buckets) of namespace ns

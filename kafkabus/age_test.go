@@ -22,7 +22,7 @@ import (
 // coordinator's.
 func TestAgeFromRecordTimestamps(t *testing.T) {
 	cluster := newCluster(t, kfake.SeedTopics(2, "aged"))
-	c := open(t, clusterURL(cluster, ""))
+	c := transporttest.Open(t, clusterURL(cluster, ""))
 	now := time.Now()
 	olds := []time.Duration{time.Hour, 30 * time.Minute, time.Minute}
 	// kafkabus stamps records with the time it produces them (a

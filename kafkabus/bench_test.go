@@ -19,6 +19,7 @@ import (
 	"github.com/omnibus-go/omnibus/driver"
 	"github.com/omnibus-go/omnibus/internal/benchkit"
 	"github.com/omnibus-go/omnibus/kafkabus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // The benchmarks compare omnibus with raw franz-go doing the same work on
@@ -161,7 +162,7 @@ func BenchmarkPublish(b *testing.B) {
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
 		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
+			c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
 			topic := benchTopic(b, cluster, c)
 			seq := 0
 			_ = c.Publish(context.Background(), topic, omnibusMessages(1, body, &seq)...) // warm up the producer
@@ -174,7 +175,7 @@ func BenchmarkPublish(b *testing.B) {
 			b.StopTimer()
 			reportRate(b, b.N, rates, "omnibus/"+s.name)
 		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
-			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
+			c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0])
 			topic := benchTopic(b, cluster, c)
 			cl := rawProducer(b, cluster)
 			seq := 0
@@ -224,7 +225,7 @@ func publishAsync(b *testing.B, cluster *kfake.Cluster) {
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
 		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
+			c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
 			topic := benchTopic(b, cluster, c)
 			p, err := c.Publisher()
 			if err != nil {
@@ -252,7 +253,7 @@ func publishAsync(b *testing.B, cluster *kfake.Cluster) {
 			}
 			reportRate(b, b.N, rates, "omnibus/"+s.name)
 		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
-			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
+			c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0])
 			topic := benchTopic(b, cluster, c)
 			cl := rawProducer(b, cluster)
 			seq := 0
@@ -316,7 +317,7 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 	s := benchSizes[0]
 	body := make([]byte, s.size)
 	benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-		c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
+		c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
 		topic := benchTopic(b, cluster, c)
 		seq := 0
 		_ = c.Publish(context.Background(), topic, omnibusMessages(1, body, &seq)...)
@@ -327,7 +328,7 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 		b.StopTimer()
 		reportRate(b, b.N, nil, "")
 	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
-		c := open(b, "kafka://"+cluster.ListenAddrs()[0])
+		c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0])
 		topic := benchTopic(b, cluster, c)
 		cl := rawProducer(b, cluster)
 		seq := 0
@@ -396,7 +397,7 @@ func BenchmarkConsume(b *testing.B) {
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
 		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
+			c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
 			topic := fill(b, cluster, c, b.N, body)
 			var got atomic.Int64
 			done := make(chan struct{})
@@ -413,7 +414,7 @@ func BenchmarkConsume(b *testing.B) {
 			runUntil(b, k, done)
 			reportRate(b, b.N, rates, "omnibus/"+s.name)
 		}}, benchkit.Side{Name: "omnibus-batch", Run: func(b *testing.B) {
-			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
+			c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
 			topic := fill(b, cluster, c, b.N, body)
 			var got atomic.Int64
 			done := make(chan struct{})
@@ -432,7 +433,7 @@ func BenchmarkConsume(b *testing.B) {
 		}}, benchkit.Side{Name: "driver", Run: func(b *testing.B) {
 			// The kafkabus Subscriber without the engine: Receive, then
 			// Commit the last delivery of each lane, as the engine would.
-			c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
+			c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0]+"?fetch_max_wait=100ms")
 			topic := fill(b, cluster, c, b.N, body)
 			sub, err := c.Driver().Subscribe(context.Background(), topic, driver.SubscribeOptions{
 				Group: "bench-" + topic, StartAt: driver.StartEarliest, MaxInFlight: 1024, Lanes: nopLanes{}})
@@ -461,7 +462,7 @@ func BenchmarkConsume(b *testing.B) {
 			stop()
 			reportRate(b, b.N, rates, "driver/"+s.name)
 		}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
-			c := open(b, "kafka://"+cluster.ListenAddrs()[0])
+			c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0])
 			topic := fill(b, cluster, c, b.N, body)
 			// Timed from the client's start, joining the group included,
 			// as omnibus's side is timed from Run.
@@ -496,7 +497,7 @@ func BenchmarkConsume(b *testing.B) {
 func BenchmarkLatency(b *testing.B) {
 	cluster := benchKafka(b)
 	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-		c := open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
+		c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0]+"?durability=all")
 		topic := benchTopic(b, cluster, c)
 		p := benchkit.Publisher(b, c)
 		seq := 0
@@ -506,7 +507,7 @@ func BenchmarkLatency(b *testing.B) {
 			return err
 		}, omnibus.StartFrom(omnibus.StartEarliest), omnibus.Group("bench-"+topic))
 	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
-		c := open(b, "kafka://"+cluster.ListenAddrs()[0])
+		c := transporttest.Open(b, "kafka://"+cluster.ListenAddrs()[0])
 		topic := benchTopic(b, cluster, c)
 		pr := rawProducer(b, cluster, kgo.ProducerLinger(0))
 		cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumerGroup("bench-"+topic),

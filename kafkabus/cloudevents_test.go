@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/omnibus-go/omnibus/internal/cetest"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 func saramaConfig() *sarama.Config {
@@ -31,7 +32,7 @@ func saramaConfig() *sarama.Config {
 func TestCloudEventsSDK(t *testing.T) {
 	cluster := newCluster(t, kfake.SeedTopics(4, "to-sdk", "from-sdk-binary", "from-sdk-structured"))
 	brokers := cluster.ListenAddrs()
-	c := open(t, clusterURL(cluster, ""))
+	c := transporttest.Open(t, clusterURL(cluster, ""))
 
 	t.Run("SDK reads omnibus", func(t *testing.T) {
 		want := cetest.Message()

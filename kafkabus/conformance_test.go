@@ -128,7 +128,7 @@ func TestFaults(t *testing.T) {
 		url := clusterURL(rc.current(), "session_timeout=3s")
 		return transporttest.Harness{
 			Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
-				return open(t, url)
+				return transporttest.Open(t, url)
 			},
 			URL:     url,
 			Lanes:   4,

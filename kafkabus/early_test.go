@@ -185,7 +185,7 @@ func gatedClient(t *testing.T, topic, params string) (*kfake.Cluster, *produceGa
 	t.Helper()
 	cluster := newCluster(t, kfake.SeedTopics(2, topic))
 	gate := gateProduce(t, cluster)
-	c := open(t, clusterURL(cluster, params))
+	c := transporttest.Open(t, clusterURL(cluster, params))
 	key := keysOf(0, 1)[0]
 	return cluster, gate, c, key, warmUp(t, c, topic, key)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // brokerFault is what a faulty broker does with a produce request.
@@ -194,7 +195,7 @@ func TestPublisherGivenUp(t *testing.T) {
 			cluster := newCluster(t, kfake.SeedTopics(2, topic))
 			var fault atomic.Int32
 			hits := produceFaults(t, cluster, topic, &fault)
-			c := open(t, clusterURL(cluster, "delivery_timeout=1s&request_timeout=1s"))
+			c := transporttest.Open(t, clusterURL(cluster, "delivery_timeout=1s&request_timeout=1s"))
 			if err := c.Publish(ctxT(t), topic, &omnibus.Message{Key: keysOf(0, 1)[0], Body: []byte("warm")}, &omnibus.Message{Key: keysOf(1, 1)[0], Body: []byte("warm")}); err != nil {
 				t.Fatalf("Publish before the fault: %v", err)
 			}
@@ -280,7 +281,7 @@ func TestPublisherCloseWhileSilent(t *testing.T) {
 	cluster := newCluster(t, kfake.SeedTopics(2, topic))
 	var fault atomic.Int32
 	produceFaults(t, cluster, topic, &fault)
-	c := open(t, clusterURL(cluster, ""))
+	c := transporttest.Open(t, clusterURL(cluster, ""))
 	if err := c.Publish(ctxT(t), topic, &omnibus.Message{Key: keysOf(0, 1)[0], Body: []byte("warm")}, &omnibus.Message{Key: keysOf(1, 1)[0], Body: []byte("warm")}); err != nil {
 		t.Fatalf("Publish before the fault: %v", err)
 	}

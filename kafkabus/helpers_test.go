@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/omnibus-go/omnibus"
 	_ "github.com/omnibus-go/omnibus/kafkabus"
 )
 
@@ -36,19 +35,6 @@ func clusterURL(c *kfake.Cluster, extra string) string {
 		u += "&" + extra
 	}
 	return u
-}
-
-// open opens a client to url, closed at cleanup.
-func open(t testing.TB, url string) *omnibus.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := omnibus.Open(ctx, url)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", url, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 func ctxT(t testing.TB) context.Context {

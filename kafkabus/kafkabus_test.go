@@ -51,7 +51,7 @@ func (c *ids) unique() int {
 func TestRebalance(t *testing.T) {
 	cluster := newCluster(t)
 	url := clusterURL(cluster, "")
-	pub := open(t, url)
+	pub := transporttest.Open(t, url)
 	const topic, n, partitions = "rebalance", 20000, 12
 	if err := pub.CreateTopic(ctxT(t), topic, partitions); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
@@ -64,7 +64,7 @@ func TestRebalance(t *testing.T) {
 		return seen.handler(ctx, m)
 	}
 	member := func(name string) *omnibus.Consumer {
-		k, err := open(t, url).Subscribe(ctxT(t), topic, h, omnibus.Group("rebalance"),
+		k, err := transporttest.Open(t, url).Subscribe(ctxT(t), topic, h, omnibus.Group("rebalance"),
 			omnibus.StartFrom(omnibus.StartEarliest), omnibus.DrainTimeout(10*time.Second))
 		if err != nil {
 			t.Fatalf("Subscribe %s: %v", name, err)
@@ -191,7 +191,7 @@ func TestUnreachableBroker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := open(t, clusterURL(cluster, ""))
+		c := transporttest.Open(t, clusterURL(cluster, ""))
 		if err := c.Publish(ctxT(t), "gone", &omnibus.Message{Body: []byte("before")}); err != nil {
 			t.Fatalf("Publish: %v", err)
 		}
@@ -220,7 +220,7 @@ func TestUnreachableBroker(t *testing.T) {
 // leaves room for the record's overhead.
 func TestTooLarge(t *testing.T) {
 	cluster := newCluster(t, kfake.SeedTopics(1, "big"))
-	c := open(t, clusterURL(cluster, ""))
+	c := transporttest.Open(t, clusterURL(cluster, ""))
 	limit := c.Capabilities().MaxMessageBytes
 	if want := kafkabus.DefaultMaxMessageBytes - 512; limit != want {
 		t.Fatalf("MaxMessageBytes %d, want Kafka's default less the record overhead, %d", limit, want)
@@ -273,7 +273,7 @@ func TestTooLarge(t *testing.T) {
 // created by default; CreateTopic creates and grows.
 func TestTopics(t *testing.T) {
 	cluster := newCluster(t)
-	c := open(t, clusterURL(cluster, ""))
+	c := transporttest.Open(t, clusterURL(cluster, ""))
 	noop := func(context.Context, *omnibus.Message) error { return nil }
 
 	err := c.Publish(ctxT(t), "nope", &omnibus.Message{Body: []byte("x")})
@@ -287,12 +287,12 @@ func TestTopics(t *testing.T) {
 		t.Errorf("Publish to a dead-letter topic (created by default): %v", err)
 	}
 
-	none := open(t, clusterURL(cluster, "create_topics=none"))
+	none := transporttest.Open(t, clusterURL(cluster, "create_topics=none"))
 	if err := none.Publish(ctxT(t), "other.dlq", &omnibus.Message{Body: []byte("x")}); !errors.Is(err, omnibus.ErrNotFound) {
 		t.Errorf("create_topics=none, Publish to a missing dead-letter topic: got %v, want ErrNotFound", err)
 	}
 
-	all := open(t, clusterURL(cluster, "create_topics=all&partitions=3"))
+	all := transporttest.Open(t, clusterURL(cluster, "create_topics=all&partitions=3"))
 	if err := all.Publish(ctxT(t), "auto", &omnibus.Message{Body: []byte("x")}); err != nil {
 		t.Errorf("create_topics=all, Publish to a missing topic: %v", err)
 	}
@@ -320,7 +320,7 @@ func TestTopics(t *testing.T) {
 func TestNewPartitions(t *testing.T) {
 	cluster := newCluster(t)
 	url := clusterURL(cluster, "")
-	admin := open(t, url)
+	admin := transporttest.Open(t, url)
 	if err := admin.CreateTopic(ctxT(t), "growing", 2); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestNewPartitions(t *testing.T) {
 		laneSeen.Store(m.Lane, true)
 		return seen.handler(ctx, m)
 	}
-	k, err := open(t, url).Subscribe(ctxT(t), "growing", h, omnibus.Group("grow"))
+	k, err := transporttest.Open(t, url).Subscribe(ctxT(t), "growing", h, omnibus.Group("grow"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestLagUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := open(t, clusterURL(cluster, "request_timeout=1s"))
+	c := transporttest.Open(t, clusterURL(cluster, "request_timeout=1s"))
 	k, err := c.Subscribe(ctxT(t), "lagging", newIDs().handler, omnibus.Group("lag"))
 	if err != nil {
 		t.Fatal(err)
@@ -445,7 +445,7 @@ func TestURL(t *testing.T) {
 		"&compression=zstd&linger=1ms&max_message_bytes=2000000&max_buffered_records=500&idempotent=true&delivery_timeout=30s" +
 		"&request_timeout=5s&session_timeout=10s&heartbeat_interval=1s&rebalance_timeout=10s&fetch_max_wait=50ms" +
 		"&fetch_max_bytes=1000000&fetch_max_partition_bytes=500000&metadata_max_age=10s&dial_timeout=2s&durability=leader"
-	c := open(t, full)
+	c := transporttest.Open(t, full)
 	if got := c.Capabilities().MaxMessageBytes; got != 2000000-512 {
 		t.Errorf("MaxMessageBytes %d, want 2000000 less 512", got)
 	}
@@ -459,7 +459,7 @@ func TestURL(t *testing.T) {
 func TestDurability(t *testing.T) {
 	cluster := newCluster(t, kfake.SeedTopics(2, "acks"))
 	for _, d := range []omnibus.Durability{omnibus.DurabilityAll, omnibus.DurabilityLeader, omnibus.DurabilityNone} {
-		c := open(t, clusterURL(cluster, "durability="+d.String()))
+		c := transporttest.Open(t, clusterURL(cluster, "durability="+d.String()))
 		if err := c.Publish(ctxT(t), "acks", &omnibus.Message{Key: d.String(), Body: []byte("x")}); err != nil {
 			t.Errorf("durability %s: %v", d, err)
 		}
@@ -477,7 +477,7 @@ func TestSASL(t *testing.T) {
 		"kafka://admin:adm1n-secret@" + hosts + "?mechanism=SCRAM-SHA-256",
 		"kafka://plainuser:plain-secret@" + hosts,
 	} {
-		c := open(t, u)
+		c := transporttest.Open(t, u)
 		if err := c.Publish(ctxT(t), "secure", &omnibus.Message{Body: []byte("x")}); err != nil {
 			t.Errorf("Publish over SASL: %v", err)
 		}
@@ -501,7 +501,7 @@ func TestSASL(t *testing.T) {
 // the message's Time.
 func TestOldMessage(t *testing.T) {
 	cluster := newCluster(t, kfake.SeedTopics(1, "old"))
-	c := open(t, clusterURL(cluster, "delivery_timeout=1s"))
+	c := transporttest.Open(t, clusterURL(cluster, "delivery_timeout=1s"))
 	when := time.Now().Add(-365 * 24 * time.Hour).UTC()
 	m := &omnibus.Message{Time: when, Body: []byte("from last year")}
 	if err := c.Publish(ctxT(t), "old", m); err != nil {

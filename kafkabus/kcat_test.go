@@ -64,7 +64,7 @@ func TestKcatInterop(t *testing.T) {
 	bin := kcat(t)
 	cluster := newCluster(t, kfake.SeedTopics(4, "to-kcat", "from-kcat"), kfake.SeedTopics(8, "keys-kcat", "keys-omnibus"))
 	broker := cluster.ListenAddrs()[0]
-	c := open(t, clusterURL(cluster, ""))
+	c := transporttest.Open(t, clusterURL(cluster, ""))
 
 	t.Run("kcat reads omnibus", func(t *testing.T) {
 		when := time.Date(2026, 12, 2, 10, 11, 12, 123456789, time.UTC)

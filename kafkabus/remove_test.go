@@ -20,7 +20,7 @@ import (
 // with offsets on another topic keeps those, and the group.
 func TestDeleteTopicAndGroup(t *testing.T) {
 	kc := newCluster(t)
-	c := open(t, clusterURL(kc, ""))
+	c := transporttest.Open(t, clusterURL(kc, ""))
 	ctx := ctxT(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
 	if err != nil {
@@ -101,7 +101,7 @@ func TestDeleteGroupWithMember(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			kc := newCluster(t)
-			c := open(t, clusterURL(kc, ""))
+			c := transporttest.Open(t, clusterURL(kc, ""))
 			ctx := ctxT(t)
 			cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
 			if err != nil {

@@ -22,7 +22,7 @@ func TestAutoscaleCappedAtShards(t *testing.T) {
 	need(t)
 	t.Parallel()
 	const n, shards = 3000, 3
-	c := open(t, testURL(""))
+	c := transporttest.Open(t, testURL(""))
 	stream := testPrefix + "autoscale-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := c.CreateTopic(ctxT(t), stream, shards); err != nil {
 		t.Fatalf("CreateTopic: %v", err)

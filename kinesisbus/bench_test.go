@@ -14,6 +14,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/benchkit"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // Benchmarks run omnibus and the raw aws-sdk-go-v2 Kinesis client side by
@@ -135,7 +136,7 @@ func omnibusConsume(b *testing.B, c *omnibus.Client, stream string, n int) {
 
 func BenchmarkKinesis(b *testing.B) {
 	need(b)
-	c := open(b, testURL(""))
+	c := transporttest.Open(b, testURL(""))
 	kin, _ := rawClients()
 	for _, size := range []int{100, 1024} {
 		body := make([]byte, size)
@@ -197,13 +198,13 @@ const latencyPoll = 50 * time.Millisecond
 func BenchmarkLatency(b *testing.B) {
 	need(b)
 	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-		c := open(b, testURL("poll_interval="+latencyPoll.String()))
+		c := transporttest.Open(b, testURL("poll_interval="+latencyPoll.String()))
 		stream := benchStream(b, c)
 		benchkit.Latency(b, c, stream, func(body []byte) error {
 			return c.Publish(context.Background(), stream, &omnibus.Message{Body: body})
 		}, omnibus.Group("bench"), omnibus.StartFrom(omnibus.StartEarliest))
 	}}, benchkit.Side{Name: "raw", Run: func(b *testing.B) {
-		stream := benchStream(b, open(b, testURL("")))
+		stream := benchStream(b, transporttest.Open(b, testURL("")))
 		kin, _ := rawClients()
 		r := benchkit.NewRecorder()
 		ctx, cancel := context.WithCancel(context.Background())

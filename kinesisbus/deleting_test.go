@@ -94,7 +94,7 @@ func jsString(s string) string {
 func TestTopicExistsDeleting(t *testing.T) {
 	need(t) // dynalite, for the client's lease tables
 	kinAddr := slowKinesalite(t)
-	c := open(t, kinesisURL(kinAddr, dynamoAddr, ""))
+	c := transporttest.Open(t, kinesisURL(kinAddr, dynamoAddr, ""))
 	r := c.Driver().(transporttest.Remover)
 	ctx := ctxT(t)
 	stream := testPrefix + "deleting-" + omnibus.NewID()[12:]

@@ -56,7 +56,7 @@ func testFrozen(t *testing.T, members int, freezeDDB, freezeKin, thawAtLoss bool
 	const failover = 3 * time.Second
 	const shards = 4
 	params := "failover_time=" + failover.String()
-	pub := open(t, testURL(""))
+	pub := transporttest.Open(t, testURL(""))
 	stream := testPrefix + "frozen-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := pub.CreateTopic(ctxT(t), stream, shards); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
@@ -111,7 +111,7 @@ func testFrozen(t *testing.T, members int, freezeDDB, freezeKin, thawAtLoss bool
 				}
 			}
 		})
-		clients[i] = open(t, kinesisURL(kinP.Addr(), ddbP.Addr(), params))
+		clients[i] = transporttest.Open(t, kinesisURL(kinP.Addr(), ddbP.Addr(), params))
 		k, err := clients[i].Subscribe(ctxT(t), stream, handler, omnibus.Group("frozen"),
 			omnibus.StartFrom(omnibus.StartEarliest), omnibus.CommitInterval(100*time.Millisecond), observe)
 		if err != nil {
@@ -312,7 +312,7 @@ func membersGoroutines() string {
 func TestFrozenPublish(t *testing.T) {
 	need(t)
 	kinP := newProxy(t, kinesisAddr)
-	pub := open(t, kinesisURL(kinP.Addr(), dynamoAddr, "request_timeout=1s"))
+	pub := transporttest.Open(t, kinesisURL(kinP.Addr(), dynamoAddr, "request_timeout=1s"))
 	stream := testPrefix + "frozenpub-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := pub.CreateTopic(ctxT(t), stream, 1); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
@@ -346,7 +346,7 @@ func TestFrozenPublish(t *testing.T) {
 
 	var mu sync.Mutex
 	seen := map[string]int{}
-	k, err := open(t, testURL("")).Subscribe(ctxT(t), stream, func(_ context.Context, m *omnibus.Message) error {
+	k, err := transporttest.Open(t, testURL("")).Subscribe(ctxT(t), stream, func(_ context.Context, m *omnibus.Message) error {
 		mu.Lock()
 		seen[m.ID]++
 		mu.Unlock()

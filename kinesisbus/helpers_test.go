@@ -58,19 +58,6 @@ func kinesisURL(kin, ddb, extra string) string {
 
 func testURL(extra string) string { return kinesisURL(kinesisAddr, dynamoAddr, extra) }
 
-// open opens a client to url, closed at cleanup.
-func open(t testing.TB, url string) *omnibus.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := omnibus.Open(ctx, url)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", url, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)

@@ -49,7 +49,7 @@ func TestKCLTable(t *testing.T) {
 	kin, ddb := rawClients()
 	stream := testPrefix + "kcl-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	tableName := testPrefix + "kcl-app-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-	pub := open(t, testURL(""))
+	pub := transporttest.Open(t, testURL(""))
 	if err := pub.CreateTopic(ctxT(t), stream, 2); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
 	}
@@ -95,7 +95,7 @@ func TestKCLTable(t *testing.T) {
 
 	var mu sync.Mutex
 	got := map[string]int{}
-	c := open(t, testURL("lease_table="+tableName))
+	c := transporttest.Open(t, testURL("lease_table="+tableName))
 	k, err := c.Subscribe(ctxT(t), stream, func(_ context.Context, m *omnibus.Message) error {
 		mu.Lock()
 		got[m.Position]++
@@ -150,7 +150,7 @@ func TestWrongLeaseTable(t *testing.T) {
 	_, ddb := rawClients()
 	name := testPrefix + "wrong-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	createKCLTable(t, ddb, name, "id", dtypes.ScalarAttributeTypeN)
-	c := open(t, testURL("lease_table="+name))
+	c := transporttest.Open(t, testURL("lease_table="+name))
 	stream := testPrefix + "wrongtable-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := c.CreateTopic(ctxT(t), stream, 1); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
@@ -167,7 +167,7 @@ func TestWrongLeaseTable(t *testing.T) {
 func TestMissingStream(t *testing.T) {
 	need(t)
 	t.Parallel()
-	c := open(t, testURL(""))
+	c := transporttest.Open(t, testURL(""))
 	stream := testPrefix + "missing-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := c.Publish(ctxT(t), stream, &omnibus.Message{Body: []byte("x")}); !errors.Is(err, omnibus.ErrNotFound) {
 		t.Errorf("Publish to a missing stream: %v, want ErrNotFound", err)

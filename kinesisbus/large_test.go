@@ -21,7 +21,7 @@ import (
 func TestLargestMessage(t *testing.T) {
 	need(t)
 	t.Parallel()
-	c := open(t, testURL(""))
+	c := transporttest.Open(t, testURL(""))
 	max := c.Capabilities().MaxMessageBytes
 	stream := testPrefix + "largest-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := c.CreateTopic(ctxT(t), stream, 1); err != nil {

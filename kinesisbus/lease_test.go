@@ -40,7 +40,7 @@ func TestLeasesBalanceAndFailOver(t *testing.T) {
 	need(t)
 	const failover = 2 * time.Second
 	params := "failover_time=" + failover.String()
-	pub := open(t, testURL(""))
+	pub := transporttest.Open(t, testURL(""))
 	stream := testPrefix + "leases-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := pub.CreateTopic(ctxT(t), stream, 8); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
@@ -58,7 +58,7 @@ func TestLeasesBalanceAndFailOver(t *testing.T) {
 	ks := make([]*omnibus.Consumer, 3)
 	clients := make([]*omnibus.Client, 3)
 	for i, u := range urls {
-		clients[i] = open(t, u)
+		clients[i] = transporttest.Open(t, u)
 		k, err := clients[i].Subscribe(ctxT(t), stream, handler, omnibus.Group("leases"), omnibus.StartFrom(omnibus.StartEarliest))
 		if err != nil {
 			t.Fatalf("Subscribe %d: %v", i, err)

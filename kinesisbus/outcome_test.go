@@ -23,6 +23,7 @@ import (
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
 	"github.com/omnibus-go/omnibus/internal/testenv"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // How spoiler spoils the answer to a PutRecords call it forwarded to
@@ -110,7 +111,7 @@ func (sp *spoiler) calls() int {
 func newStream(t *testing.T, name string) string {
 	t.Helper()
 	stream := testPrefix + name + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-	if err := open(t, testURL("")).CreateTopic(ctxT(t), stream, 1); err != nil {
+	if err := transporttest.Open(t, testURL("")).CreateTopic(ctxT(t), stream, 1); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
 	}
 	return stream
@@ -180,7 +181,7 @@ func TestPublishOutcomeUnknown(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			sp := &spoiler{spoil: map[int]string{1: how}}
-			c := open(t, kinesisURL(sp.serve(t), dynamoAddr, ""))
+			c := transporttest.Open(t, kinesisURL(sp.serve(t), dynamoAddr, ""))
 			stream := newStream(t, "outcome-"+how)
 			ctx := ctxT(t)
 			if how == spoilDelay {
@@ -219,7 +220,7 @@ func TestPublishOutcomeUnknownBatches(t *testing.T) {
 	need(t)
 	t.Parallel()
 	sp := &spoiler{spoil: map[int]string{2: spoilDrop}}
-	c := open(t, kinesisURL(sp.serve(t), dynamoAddr, ""))
+	c := transporttest.Open(t, kinesisURL(sp.serve(t), dynamoAddr, ""))
 	stream := newStream(t, "outcome-batches")
 	ms := driverMessages(1100)
 	err := c.Driver().Publish(ctxT(t), stream, ms, driver.PublishOptions{})

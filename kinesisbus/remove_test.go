@@ -27,7 +27,7 @@ import (
 func TestDeleteTopicAndGroup(t *testing.T) {
 	need(t)
 	t.Parallel()
-	c := open(t, testURL(""))
+	c := transporttest.Open(t, testURL(""))
 	ctx := ctxT(t)
 	stream, group := testPrefix+"remove-"+omnibus.NewID()[12:], "g"
 	table := stream + "." + group // lease_table's default, {stream}.{group}
@@ -83,7 +83,7 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 func TestDeleteGroupWithMember(t *testing.T) {
 	need(t)
 	t.Parallel()
-	c := open(t, testURL(""))
+	c := transporttest.Open(t, testURL(""))
 	ctx := ctxT(t)
 	stream, group := testPrefix+"busy-"+omnibus.NewID()[12:], "g"
 	table := stream + "." + group // lease_table's default, {stream}.{group}
@@ -158,7 +158,7 @@ func TestDeleteGroupWithMember(t *testing.T) {
 func TestDeleteGroupTwoMembers(t *testing.T) {
 	need(t)
 	t.Parallel()
-	pub := open(t, testURL(""))
+	pub := transporttest.Open(t, testURL(""))
 	ctx := ctxT(t)
 	stream, group := testPrefix+"busy2-"+omnibus.NewID()[12:], "g"
 	table := stream + "." + group
@@ -206,7 +206,7 @@ func TestDeleteGroupTwoMembers(t *testing.T) {
 	}
 	ks := make([]*omnibus.Consumer, 2)
 	join := func(i int) {
-		c := open(t, testURL(""))
+		c := transporttest.Open(t, testURL(""))
 		k, err := c.Subscribe(ctx, stream, handler, omnibus.Group(group), omnibus.StartFrom(omnibus.StartEarliest), omnibus.Observe(observe(i)))
 		if err != nil {
 			t.Fatalf("Subscribe %d: %v", i, err)

@@ -80,7 +80,7 @@ func TestReshardKeepsOrder(t *testing.T) {
 		keys  = 200
 		batch = 100
 	)
-	pub := open(t, testURL(""))
+	pub := transporttest.Open(t, testURL(""))
 	stream := testPrefix + "reshard-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := pub.CreateTopic(ctxT(t), stream, 2); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
@@ -90,7 +90,7 @@ func TestReshardKeepsOrder(t *testing.T) {
 	for range 2 {
 		// Shard syncs every 2s: a finished lease, once deleted, must not
 		// be created again by the next sync.
-		c := open(t, testURL("shard_sync_interval=2s"))
+		c := transporttest.Open(t, testURL("shard_sync_interval=2s"))
 		k, err := c.Subscribe(ctxT(t), stream, log.handler, omnibus.Group("reshard"), omnibus.StartFrom(omnibus.StartEarliest))
 		if err != nil {
 			t.Fatalf("Subscribe: %v", err)

@@ -30,7 +30,7 @@ func TestStalledHolderStopsBeforeTakeover(t *testing.T) {
 	need(t)
 	const failover = 3 * time.Second
 	params := "failover_time=" + failover.String()
-	pub := open(t, testURL(""))
+	pub := transporttest.Open(t, testURL(""))
 	stream := testPrefix + "stall-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := pub.CreateTopic(ctxT(t), stream, 4); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
@@ -57,7 +57,7 @@ func TestStalledHolderStopsBeforeTakeover(t *testing.T) {
 	ks := make([]*omnibus.Consumer, 2)
 	stops := make([]func(), 2)
 	for i, u := range urls {
-		c := open(t, u)
+		c := transporttest.Open(t, u)
 		k, err := c.Subscribe(ctxT(t), stream, handler(i), omnibus.Group("stall"), omnibus.StartFrom(omnibus.StartEarliest))
 		if err != nil {
 			t.Fatalf("Subscribe %d: %v", i, err)

@@ -124,7 +124,7 @@ func TestThrottling(t *testing.T) {
 	th := &throttler{getRecords: 4, putCalls: 4}
 	addr := th.serve(t)
 	u := kinesisURL(addr, dynamoAddr, "")
-	c := open(t, u)
+	c := transporttest.Open(t, u)
 	stream := testPrefix + "throttle-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if err := c.CreateTopic(ctxT(t), stream, 1); err != nil {
 		t.Fatalf("CreateTopic: %v", err)

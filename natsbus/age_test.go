@@ -25,7 +25,7 @@ func TestAgeFollowsAckFloor(t *testing.T) {
 			if params == "" {
 				order = omnibus.OrderNone // one unordered lane; one message in flight
 			}
-			c := open(t, u)
+			c := transporttest.Open(t, u)
 			topic := topicName(t, u)
 			gate := make(chan struct{}, 2)
 			k, err := c.Subscribe(ctxT(t), topic, func(ctx context.Context, m *omnibus.Message) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/benchkit"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // Benchmarks compare omnibus with raw nats.go jetstream doing the same
@@ -123,7 +124,7 @@ func BenchmarkPublish(b *testing.B) {
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
 		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-			c := open(b, u)
+			c := transporttest.Open(b, u)
 			topic := topicName(b, u)
 			omnibusPublish(b, c, topic, benchBatch, body) // creates the stream
 			debug.FreeOSMemory()
@@ -155,7 +156,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
 		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-			c := open(b, u)
+			c := transporttest.Open(b, u)
 			topic := topicName(b, u)
 			omnibusPublish(b, c, topic, benchBatch, body) // creates the stream
 			p, err := c.Publisher()
@@ -246,7 +247,7 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 	s := benchSizes[0]
 	body := make([]byte, s.size)
 	benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-		c := open(b, u)
+		c := transporttest.Open(b, u)
 		topic := topicName(b, u)
 		omnibusPublish(b, c, topic, benchBatch, body) // creates the stream
 		b.ResetTimer()
@@ -283,7 +284,7 @@ func BenchmarkConsume(b *testing.B) {
 	for _, s := range benchSizes {
 		body := make([]byte, s.size)
 		benchkit.RunSides(b, s.name, benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-			c := open(b, u)
+			c := transporttest.Open(b, u)
 			topic := topicName(b, u)
 			omnibusPublish(b, c, topic, b.N, body)
 			ctx := context.Background()
@@ -352,7 +353,7 @@ func BenchmarkConsume(b *testing.B) {
 func BenchmarkLatency(b *testing.B) {
 	u := externalURL(b)
 	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-		c := open(b, u)
+		c := transporttest.Open(b, u)
 		topic := topicName(b, u)
 		omnibusPublish(b, c, topic, 1, []byte{0}) // creates the stream
 		p := benchkit.Publisher(b, c)

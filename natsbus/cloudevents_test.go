@@ -19,6 +19,7 @@ import (
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/cetest"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 func TestCloudEventsSDK(t *testing.T) {
@@ -37,7 +38,7 @@ func TestCloudEventsSDK(t *testing.T) {
 			t.Run(server+"/"+mode, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 				defer cancel()
-				c := open(t, u)
+				c := transporttest.Open(t, u)
 				_, nc, err := natsbus.OpenConn(ctx, u) // the SDK's connection
 				if err != nil {
 					t.Fatal(err)
@@ -130,6 +131,6 @@ func embeddedTopic(t *testing.T) (ctx context.Context, u string, c *omnibus.Clie
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	u = natsbus.EmbeddedURL(t.TempDir())
-	c = open(t, u)
+	c = transporttest.Open(t, u)
 	return ctx, u, c, newTopic(ctx, t, c, u, 1)
 }

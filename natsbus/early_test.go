@@ -15,6 +15,7 @@ import (
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/testenv"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // ackProxy relays NATS connections to a server and, while it holds,
@@ -76,7 +77,7 @@ func TestPublishReturnedBeforeAcks(t *testing.T) {
 	p := startAckProxy(t, strings.TrimPrefix(server, "nats://"))
 	// A window of 10: of the publish that returns, some messages are
 	// waiting for their acks, the others for room in the window.
-	c := open(t, p.url()+"?publish_window=10")
+	c := transporttest.Open(t, p.url()+"?publish_window=10")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	topic := topicName(t, server)

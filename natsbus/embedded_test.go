@@ -17,6 +17,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // Environment of a child process of the cross-process tests.
@@ -103,7 +104,7 @@ func streamMessages(t *testing.T, url, topic string) uint64 {
 // it.
 func TestEmbeddedAcrossProcesses(t *testing.T) {
 	dir := t.TempDir()
-	c := open(t, natsbus.EmbeddedURL(dir))
+	c := transporttest.Open(t, natsbus.EmbeddedURL(dir))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := c.Publish(ctx, "shared", &omnibus.Message{Body: []byte("parent")}); err != nil {
@@ -143,7 +144,7 @@ func TestEmbeddedTakeover(t *testing.T) {
 	if pids[0] == pids[children-1] {
 		t.Errorf("all children ended on the server of process %d: no takeover happened", pids[0])
 	}
-	c := open(t, natsbus.EmbeddedURL(dir))
+	c := transporttest.Open(t, natsbus.EmbeddedURL(dir))
 	_, url := natsbus.EmbeddedOwner(c.Driver())
 	if got := streamMessages(t, url, "takeover"); got != children*n {
 		t.Errorf("the stream holds %d messages, want %d", got, children*n)

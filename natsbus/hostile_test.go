@@ -168,7 +168,7 @@ func TestMissingConsumer(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 					defer cancel()
 					u := withParams(base, tt.params)
-					c := open(t, u)
+					c := transporttest.Open(t, u)
 					js := rawJetStream(t, u)
 					topic := newTopic(ctx, t, c, base, tt.parts)
 					col := newCollector()
@@ -259,7 +259,7 @@ func TestSlowHandlerKeepsKeyOrder(t *testing.T) {
 	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
 		const n = 120
 		u := withParams(base, "partitions=4&ack_wait=1s&lease_ttl=2s&rebalance_interval=100ms")
-		c := open(t, u)
+		c := transporttest.Open(t, u)
 		topic := newTopic(ctx, t, c, base, 4)
 		var ms []*omnibus.Message
 		for i := 1; i <= n; i++ {
@@ -307,7 +307,7 @@ func TestSlowHandlerKeepsKeyOrder(t *testing.T) {
 func TestLostNotBehindDrain(t *testing.T) {
 	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
 		u := withParams(base, testParams)
-		c := open(t, u)
+		c := transporttest.Open(t, u)
 		js := rawJetStream(t, u)
 		topic := newTopic(ctx, t, c, base, 4)
 		// The first member's handler blocks on every message until the
@@ -350,7 +350,7 @@ func TestLostNotBehindDrain(t *testing.T) {
 		publishTo(t, c, topic, keys)
 		// A second member makes the first give lanes up, one at a
 		// time: the first release drains until the test ends.
-		b, err := open(t, u).Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil },
+		b, err := transporttest.Open(t, u).Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil },
 			omnibus.Group("g"))
 		if err != nil {
 			t.Fatal(err)
@@ -409,7 +409,7 @@ func TestCloseLeavesNoLease(t *testing.T) {
 		// The default lease_ttl, so that a lease left behind is still
 		// there when the test looks.
 		u := withParams(base, "partitions=4&rebalance_interval=10ms")
-		c := open(t, u)
+		c := transporttest.Open(t, u)
 		js := rawJetStream(t, u)
 		topic := newTopic(ctx, t, c, base, 4)
 		leaked := 0
@@ -454,7 +454,7 @@ func TestCloseLeavesNoLease(t *testing.T) {
 func TestShutdownHandsBack(t *testing.T) {
 	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
 		const n = 3000
-		c := open(t, base)
+		c := transporttest.Open(t, base)
 		topic := newTopic(ctx, t, c, base, 1)
 		col := newCollector()
 		slow := func(ctx context.Context, m *omnibus.Message) error {
@@ -463,7 +463,7 @@ func TestShutdownHandsBack(t *testing.T) {
 		}
 		var ks []*omnibus.Consumer
 		for range 2 {
-			k, err := open(t, base).Subscribe(ctx, topic, slow, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest),
+			k, err := transporttest.Open(t, base).Subscribe(ctx, topic, slow, omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest),
 				omnibus.Order(omnibus.OrderNone), omnibus.MaxInFlight(64))
 			if err != nil {
 				t.Fatal(err)
@@ -522,7 +522,7 @@ func TestStalePullRequest(t *testing.T) {
 	onServers(t, time.Minute, func(t *testing.T, ctx context.Context, base string) {
 		const n = 20
 		u := withParams(base, "partitions=4&lease_ttl=2s&rebalance_interval=100ms&ack_wait=2s")
-		c := open(t, u)
+		c := transporttest.Open(t, u)
 		js := rawJetStream(t, u)
 		topic := newTopic(ctx, t, c, base, 4)
 		o := newStrictOrder()
@@ -585,7 +585,7 @@ func TestStalePullRequest(t *testing.T) {
 // rather than starting again somewhere.
 func TestMissingThrowawayConsumer(t *testing.T) {
 	onServers(t, time.Minute, func(t *testing.T, ctx context.Context, base string) {
-		c := open(t, base)
+		c := transporttest.Open(t, base)
 		js := rawJetStream(t, base)
 		topic := newTopic(ctx, t, c, base, 1)
 		k, err := c.Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil })
@@ -616,7 +616,7 @@ func TestMissingThrowawayConsumer(t *testing.T) {
 func TestHeldNotRunIsNotCounted(t *testing.T) {
 	onServers(t, time.Minute, func(t *testing.T, ctx context.Context, base string) {
 		u := withParams(base, "ack_wait=1s")
-		c := open(t, u)
+		c := transporttest.Open(t, u)
 		js := rawJetStream(t, u)
 		topic := newTopic(ctx, t, c, base, 1)
 		if err := c.CreateTopic(ctx, topic+".dlq", 1); err != nil {
@@ -714,7 +714,7 @@ func TestHeldNotRunIsNotCounted(t *testing.T) {
 func TestReclaimNotCounted(t *testing.T) {
 	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
 		u := withParams(base, testParams)
-		c := open(t, u)
+		c := transporttest.Open(t, u)
 		js := rawJetStream(t, u)
 		topic := newTopic(ctx, t, c, base, 4)
 		var mu sync.Mutex
@@ -815,7 +815,7 @@ func TestRestartBetweenLossAndReclaim(t *testing.T) {
 // again, and nothing else twice.
 func reclaimHandlesNothingTwice(t *testing.T, ctx context.Context, base, u string, loseLane func(topic string, lost *atomic.Int64)) {
 	t.Helper()
-	c := open(t, u)
+	c := transporttest.Open(t, u)
 	topic := newTopic(ctx, t, c, base, 4)
 	keys := keysOn(0, 4, 21)
 	release := make(chan struct{})
@@ -909,7 +909,7 @@ func reclaimHandlesNothingTwice(t *testing.T, ctx context.Context, base, u strin
 func TestGuardedLaneDeadLetterStuck(t *testing.T) {
 	onServers(t, 2*time.Minute, func(t *testing.T, ctx context.Context, base string) {
 		u := withParams(base, testParams)
-		c := open(t, u)
+		c := transporttest.Open(t, u)
 		topic := newTopic(ctx, t, c, base, 4)
 		keys := keysOn(0, 4, 6)
 		poison, healthy := keys[0], keys[1:]
@@ -930,7 +930,7 @@ func TestGuardedLaneDeadLetterStuck(t *testing.T) {
 		}
 		opts := []omnibus.SubscribeOption{omnibus.Group("g"), omnibus.DeadLetterTopic(dlq),
 			omnibus.Backoff(10*time.Millisecond, 200*time.Millisecond), omnibus.DrainTimeout(500 * time.Millisecond)}
-		a, err := open(t, u).Subscribe(ctx, topic, h, opts...)
+		a, err := transporttest.Open(t, u).Subscribe(ctx, topic, h, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -947,7 +947,7 @@ func TestGuardedLaneDeadLetterStuck(t *testing.T) {
 		_ = a.Close()
 
 		before := tries.Load()
-		b, err := open(t, u).Subscribe(ctx, topic, h, opts...)
+		b, err := transporttest.Open(t, u).Subscribe(ctx, topic, h, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -998,7 +998,7 @@ func TestHandOverBehindFailingMessage(t *testing.T) {
 // base; with deadLetter, the failing message is dead-lettered by B.
 func handOverBehindFailingMessage(t *testing.T, ctx context.Context, base string, deadLetter bool) {
 	u := withParams(base, testParams)
-	pub := open(t, u)
+	pub := transporttest.Open(t, u)
 	topic := newTopic(ctx, t, pub, base, 4)
 	lane0 := keysOn(0, 4, 6)
 	poison, others := lane0[0], lane0[1:]
@@ -1059,7 +1059,7 @@ func handOverBehindFailingMessage(t *testing.T, ctx context.Context, base string
 	}
 	opts := []omnibus.SubscribeOption{omnibus.Group("g"), omnibus.MaxAttempts(1000),
 		omnibus.Backoff(50*time.Millisecond, 200*time.Millisecond), omnibus.DrainTimeout(500 * time.Millisecond)}
-	a, err := open(t, u).Subscribe(ctx, topic, handler("A"), opts...)
+	a, err := transporttest.Open(t, u).Subscribe(ctx, topic, handler("A"), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1089,7 +1089,7 @@ func handOverBehindFailingMessage(t *testing.T, ctx context.Context, base string
 			t.Fatal(err)
 		}
 	}
-	b, err := open(t, u).Subscribe(ctx, topic, handler("B"), append(opts, omnibus.MaxAttempts(attemptsOnB))...)
+	b, err := transporttest.Open(t, u).Subscribe(ctx, topic, handler("B"), append(opts, omnibus.MaxAttempts(attemptsOnB))...)
 	if err != nil {
 		t.Fatal(err)
 	}

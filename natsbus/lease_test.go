@@ -29,7 +29,7 @@ func TestLeasesOutliveSlowWrites(t *testing.T) {
 
 	const ttl = 2 * time.Second // partitionedParams' lease_ttl
 	base := "nats://member:pw@" + addr
-	c := open(t, base+"?"+partitionedParams)
+	c := transporttest.Open(t, base+"?"+partitionedParams)
 	topic := newTopic(ctx, t, c, base, 4)
 	group := "slow"
 	col := newCollector()

@@ -46,8 +46,8 @@ func TestLostLaneKeepsKeyOrder(t *testing.T) {
 		losses = 9 // of three kinds
 	)
 	params := "?" + partitionedParams + "&ack_wait=1s"
-	pub := open(t, "nats://admin:pw@"+addr+params)
-	c := open(t, "nats://member:pw@"+addr+params)
+	pub := transporttest.Open(t, "nats://admin:pw@"+addr+params)
+	c := transporttest.Open(t, "nats://member:pw@"+addr+params)
 	topic := newTopic(ctx, t, pub, "nats://admin:pw@"+addr, parts)
 	group := "lost"
 	col := newOrderLog()

@@ -79,18 +79,6 @@ func deleteStreamsWhere(t testing.TB, serverURL string, match func(name string) 
 	}
 }
 
-func open(t testing.TB, rawURL string) *omnibus.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	c, err := omnibus.Open(ctx, rawURL)
-	if err != nil {
-		t.Fatalf("Open(%q): %v", rawURL, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // eventually polls fn until it returns nil or timeout passes.
 func eventually(t testing.TB, timeout time.Duration, fn func() error) {
 	t.Helper()
@@ -166,8 +154,8 @@ func publishN(t testing.TB, c *omnibus.Client, topic string, n, size int) []stri
 
 func testRoundTrip(t *testing.T, serverURL string) {
 	topic := topicName(t, serverURL)
-	pub := open(t, serverURL)
-	sub := open(t, serverURL)
+	pub := transporttest.Open(t, serverURL)
+	sub := transporttest.Open(t, serverURL)
 	ctx := context.Background()
 	col := newCollector()
 	k, err := sub.Subscribe(ctx, topic, col.handle, omnibus.Group("g1"), omnibus.StartFrom(omnibus.StartEarliest))

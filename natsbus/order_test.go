@@ -15,6 +15,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/natsbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestPublishOrderAcrossRestart publishes a few keys concurrently, one
@@ -31,7 +32,7 @@ func TestPublishOrderAcrossRestart(t *testing.T) {
 	// A small publish window makes each call wait for acks while it
 	// sends, so the restarts fall inside calls: a call sends part of its
 	// batch on the old connection and the rest after the drop.
-	pub := open(t, srv.url()+"?reconnect_wait=50ms&publish_window=10")
+	pub := transporttest.Open(t, srv.url()+"?reconnect_wait=50ms&publish_window=10")
 	const (
 		topic    = "order-restart"
 		keys     = 4

@@ -118,7 +118,7 @@ func testKeyOrderAcrossMembers(t *testing.T, base string, crash bool) {
 	u := withParams(base, testParams)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pub := open(t, u)
+	pub := transporttest.Open(t, u)
 	topic := topicName(t, base)
 	if err := pub.CreateTopic(ctx, topic, 4); err != nil {
 		t.Fatalf("CreateTopic: %v", err)
@@ -150,7 +150,7 @@ func testKeyOrderAcrossMembers(t *testing.T, base string, crash bool) {
 			t.Cleanup(func() { _ = c.Close() })
 			cut = nc.Close
 		} else {
-			c = open(t, u)
+			c = transporttest.Open(t, u)
 		}
 		if i == 1 {
 			leaver = c
@@ -246,7 +246,7 @@ func TestGroupLag(t *testing.T) {
 		{"Partitioned", withParams(base, testParams), 4},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := open(t, tt.url)
+			c := transporttest.Open(t, tt.url)
 			topic := topicName(t, base)
 			if _, err := c.Lag(ctx, topic, "g"); !errors.Is(err, omnibus.ErrNotFound) {
 				t.Fatalf("Lag of a missing topic: got %v, want ErrNotFound", err)
@@ -258,7 +258,7 @@ func TestGroupLag(t *testing.T) {
 				t.Fatalf("Lag of a missing group: got %v, want ErrNotFound", err)
 			}
 			// The group exists (its consumers), but nobody reads.
-			k, err := open(t, tt.url).Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil },
+			k, err := transporttest.Open(t, tt.url).Subscribe(ctx, topic, func(context.Context, *omnibus.Message) error { return nil },
 				omnibus.Group("g"), omnibus.StartFrom(omnibus.StartEarliest))
 			if err != nil {
 				t.Fatal(err)
@@ -313,7 +313,7 @@ func TestEphemeralGroupLeavesNothing(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			c := open(t, tt.url)
+			c := transporttest.Open(t, tt.url)
 			topic := topicName(t, base)
 			col := newCollector()
 			k, err := c.Subscribe(ctx, topic, col.handle, omnibus.Members(2))

@@ -53,7 +53,7 @@ func TestPullNeverDropped(t *testing.T) {
 					dropped.Add(1)
 				}
 			})))
-			pub := open(t, base+"?"+tt.params)
+			pub := transporttest.Open(t, base+"?"+tt.params)
 			c, err := omnibus.Open(ctx, base+"?"+tt.params, omnibus.WithDriver(d))
 			if err != nil {
 				t.Fatal(err)

@@ -25,7 +25,7 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 	for name, params := range map[string]string{"unpartitioned": "", "partitioned": "?" + partitionedParams} {
 		t.Run(name, func(t *testing.T) {
 			base := externalURL(t)
-			c := open(t, base+params)
+			c := transporttest.Open(t, base+params)
 			topic, group := topicName(t, base), "g-"+name
 			if err := c.CreateTopic(context.Background(), topic, 3); err != nil {
 				t.Fatal(err)
@@ -72,7 +72,7 @@ func TestDeleteGroupWithMember(t *testing.T) {
 	for name, params := range map[string]string{"unpartitioned": "", "partitioned": "?" + partitionedParams} {
 		t.Run(name, func(t *testing.T) {
 			base := externalURL(t)
-			c := open(t, base+params)
+			c := transporttest.Open(t, base+params)
 			topic, group := topicName(t, base), "busy-"+name
 			if err := c.CreateTopic(context.Background(), topic, 3); err != nil {
 				t.Fatal(err)
@@ -108,7 +108,7 @@ func TestDeleteGroupWithMember(t *testing.T) {
 // group's position there again and goes on consuming.
 func TestPositionsBucketDeletedUnderMember(t *testing.T) {
 	base := externalURL(t)
-	c := open(t, base)
+	c := transporttest.Open(t, base)
 	topic, group := topicName(t, base), "kept"
 	if err := c.CreateTopic(context.Background(), topic, 1); err != nil {
 		t.Fatal(err)

@@ -90,8 +90,8 @@ func TestRestart(t *testing.T) {
 	}
 	srv := startPrivateServer(t)
 	u := srv.url() + "?ack_wait=3s&reconnect_wait=100ms"
-	pub := open(t, u)
-	sub := open(t, u)
+	pub := transporttest.Open(t, u)
+	sub := transporttest.Open(t, u)
 	topic := "restart"
 	ctx := context.Background()
 	col := newCollector()
@@ -203,7 +203,7 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 	t.Run("IllegalSubject", func(t *testing.T) {
-		c := open(t, natsbus.EmbeddedURL(t.TempDir()))
+		c := transporttest.Open(t, natsbus.EmbeddedURL(t.TempDir()))
 		for topic, want := range map[string]string{
 			"orders created": `' '`,
 			"orders.*":       `'*'`,

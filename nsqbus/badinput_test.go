@@ -82,7 +82,7 @@ func TestURLErrors(t *testing.T) {
 // TestBadNames: topic and group names NSQ cannot take are ErrInvalid
 // before anything is sent; long ones are shortened alike everywhere.
 func TestBadNames(t *testing.T) {
-	c := open(t, directURL(t))
+	c := transporttest.Open(t, directURL(t))
 	ctx := context.Background()
 	h := func(context.Context, *omnibus.Message) error { return nil }
 	for _, topic := range []string{"orders created", "orders/eu", "orders#ephemeral", "zażółć"} {
@@ -136,11 +136,11 @@ func TestTooLarge(t *testing.T) {
 		"refused": n.URL(testParams, "http_port="+closedPort(t)),
 	} {
 		t.Run(name, func(t *testing.T) {
-			c := open(t, u)
+			c := transporttest.Open(t, u)
 			ctx := context.Background()
 			topic := "too-large-" + name
 			col := newCollector()
-			k, err := open(t, n.URL(testParams)).Subscribe(ctx, topic, col.handle, omnibus.Group("g"))
+			k, err := transporttest.Open(t, n.URL(testParams)).Subscribe(ctx, topic, col.handle, omnibus.Group("g"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +210,7 @@ func TestAuth(t *testing.T) {
 		}
 		t.Logf("%v", err)
 	}
-	c := open(t, "nsq://"+secret+"@"+n.TCPAddr()+"?"+testParams)
+	c := transporttest.Open(t, "nsq://"+secret+"@"+n.TCPAddr()+"?"+testParams)
 	col := newCollector()
 	k, err := c.Subscribe(ctx, "auth", col.handle, omnibus.Group("g"))
 	if err != nil {
@@ -234,11 +234,11 @@ func TestAuth(t *testing.T) {
 // message never lands.
 func TestRefusalAmidPipeline(t *testing.T) {
 	n := nsqtest.StartNSQD(t, nsqtest.Config{MaxMsgSize: 16 << 10})
-	c := open(t, n.URL(testParams, "http_port="+closedPort(t)))
+	c := transporttest.Open(t, n.URL(testParams, "http_port="+closedPort(t)))
 	ctx := context.Background()
 	const topic = "pipeline"
 	col := newCollector()
-	k, err := open(t, n.URL(testParams)).Subscribe(ctx, topic, col.handle, omnibus.Group("g"))
+	k, err := transporttest.Open(t, n.URL(testParams)).Subscribe(ctx, topic, col.handle, omnibus.Group("g"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/benchkit"
 	"github.com/omnibus-go/omnibus/internal/nsqtest"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // Benchmarks run omnibus and raw go-nsq side by side against the same
@@ -159,7 +160,7 @@ func BenchmarkPublish(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
 			body := make([]byte, size.bytes)
-			c := open(b, n.URL(size.params...))
+			c := transporttest.Open(b, n.URL(size.params...))
 			p := rawProducer(b, n.TCPAddr())
 			topic := benchTopic(b, n, "-raw")
 			half := max(1, b.N/2)
@@ -202,7 +203,7 @@ func BenchmarkConsume(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
 			body := make([]byte, size.bytes)
-			c := open(b, n.URL(slices.Concat(size.params, []string{"output_buffer_size=16384"})...))
+			c := transporttest.Open(b, n.URL(slices.Concat(size.params, []string{"output_buffer_size=16384"})...))
 			p := rawProducer(b, n.TCPAddr())
 			topic := benchTopic(b, n, "-1", "-2", "-raw1", "-raw2")
 			half := max(1, b.N/2)
@@ -311,7 +312,7 @@ func createChannel(b *testing.B, n *nsqtest.NSQD, topic, channel string) {
 func BenchmarkLatency(b *testing.B) {
 	n := benchServer(b)
 	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-		c := open(b, n.URL())
+		c := transporttest.Open(b, n.URL())
 		topic := benchTopic(b, n)
 		p := benchkit.Publisher(b, c)
 		benchkit.Latency(b, c, topic, func(body []byte) error {
@@ -319,7 +320,7 @@ func BenchmarkLatency(b *testing.B) {
 			return err
 		}, omnibus.Group("bench"))
 	}}, benchkit.Side{Name: "omnibus-sync", Run: func(b *testing.B) {
-		c := open(b, n.URL())
+		c := transporttest.Open(b, n.URL())
 		topic := benchTopic(b, n)
 		benchkit.Latency(b, c, topic, func(body []byte) error {
 			return c.Publish(context.Background(), topic, &omnibus.Message{Body: body})

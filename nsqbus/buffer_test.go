@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestOutputBuffer: with output_buffer_timeout nsqd holds a lone message
@@ -27,7 +28,7 @@ func TestOutputBuffer(t *testing.T) {
 	}{{"", false}, {fmt.Sprintf("output_buffer_timeout=%s", timeout), true}} {
 		t.Run(fmt.Sprintf("buffered=%v", tc.buffered), func(t *testing.T) {
 			t.Parallel()
-			c := open(t, directURL(t, tc.param))
+			c := transporttest.Open(t, directURL(t, tc.param))
 			topic := fmt.Sprintf("buffer-%x", rand.Uint32())
 			t.Cleanup(func() { deleteTopic(t, topic) })
 			got := make(chan time.Time, 1)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestOrderRefused: NSQ keeps no order and no history, so the engine's
@@ -15,7 +16,7 @@ import (
 // a *CapabilityError at Subscribe, never weakened; OrderNone, the
 // default here, runs.
 func TestOrderRefused(t *testing.T) {
-	c := open(t, directURL(t))
+	c := transporttest.Open(t, directURL(t))
 	caps := c.Capabilities()
 	if caps.Ordered || caps.Replay || caps.ExclusiveLanes || !caps.Groups || caps.Lag != driver.LagDepth {
 		t.Errorf("capabilities %+v, want unordered lanes, no replay, groups, depth lag", caps)

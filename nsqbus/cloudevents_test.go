@@ -25,7 +25,7 @@ import (
 
 func TestCloudEventsSDK(t *testing.T) {
 	n, _ := cluster(t)
-	c := open(t, directURL(t))
+	c := transporttest.Open(t, directURL(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -73,7 +73,7 @@ func TestCloudEventsSDK(t *testing.T) {
 		// the envelope itself.
 		topic := fmt.Sprintf("ce-binary-%x", rand.Uint32())
 		t.Cleanup(func() { deleteTopic(t, topic) })
-		cb := open(t, directURL(t, "envelope=binary"))
+		cb := transporttest.Open(t, directURL(t, "envelope=binary"))
 		want := cetest.Message()
 		want.Body = []byte{0, 1, 2, 0xff}
 		want.ContentType = ""

@@ -29,7 +29,7 @@ func TestTwoNSQDs(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()
 			topic := fmt.Sprintf("two-%s-%x", mode, rand.Uint32())
-			c := open(t, u)
+			c := transporttest.Open(t, u)
 			if mode == "lookup" {
 				// Both nsqds registered, so the group is made on both.
 				transporttest.Eventually(t, 10*time.Second, func() bool { return len(lookupNodes(t, l)) == 2 },

@@ -71,13 +71,13 @@ func TestCrashedMember(t *testing.T) {
 	const total, msgTimeout = 20000, 2 * time.Second
 	u := directURL(t, "msg_timeout="+msgTimeout.String())
 	topic := fmt.Sprintf("crash-%x", rand.Uint32())
-	pub := open(t, u)
+	pub := transporttest.Open(t, u)
 	t.Cleanup(func() { deleteTopic(t, topic) })
 
 	// The survivor: two members of the group in this process.
 	mine := newCollector()
 	var redelivered atomic.Int64
-	k, err := open(t, u).Subscribe(context.Background(), topic, func(ctx context.Context, m *omnibus.Message) error {
+	k, err := transporttest.Open(t, u).Subscribe(context.Background(), topic, func(ctx context.Context, m *omnibus.Message) error {
 		if m.Attempt > 1 {
 			redelivered.Add(1)
 		}

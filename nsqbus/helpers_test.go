@@ -1,15 +1,12 @@
 package nsqbus_test
 
 import (
-	"context"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/nsqtest"
 	"github.com/omnibus-go/omnibus/transporttest"
 )
@@ -79,19 +76,6 @@ func lookupURL(t testing.TB, params ...string) string {
 		u += "&" + p
 	}
 	return u
-}
-
-// open opens a client on u, closed when t ends.
-func open(t testing.TB, u string) *omnibus.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := omnibus.Open(ctx, u)
-	if err != nil {
-		t.Fatalf("Open(%q): %v", u, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // deleteSuiteTopics deletes, when t ends, the topics the conformance

@@ -20,7 +20,7 @@ import (
 // the channel) and get what is published after; Run goes on.
 func TestChannelDeleted(t *testing.T) {
 	n, _ := cluster(t)
-	c := open(t, directURL(t))
+	c := transporttest.Open(t, directURL(t))
 	topic := fmt.Sprintf("deleted-%x", rand.Uint32())
 	t.Cleanup(func() { deleteTopic(t, topic) })
 	ctx := context.Background()

@@ -17,7 +17,7 @@ import (
 // behind newer ones; with nothing left it is a known 0.
 func TestAgeUnknownWhereUncertain(t *testing.T) {
 	u := directURL(t)
-	member, outside := open(t, u), open(t, u)
+	member, outside := transporttest.Open(t, u), transporttest.Open(t, u)
 	topic := fmt.Sprintf("age-%d", time.Now().UnixNano())
 	t.Cleanup(func() { deleteTopic(t, topic) })
 	ctx := context.Background()

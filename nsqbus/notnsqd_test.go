@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // notNSQD are servers that do not speak NSQ: Redis, whose answer to
@@ -143,7 +144,7 @@ func TestNotNSQD(t *testing.T) {
 			// channel is created on "both" and Subscribe connects.
 			_, httpPort, _ := net.SplitHostPort(n.HTTPAddr())
 			u := fmt.Sprintf("nsq://s3cret@%s,%s?http_port=%s&dial_timeout=2s", n.TCPAddr(), addr, httpPort)
-			c := open(t, u)
+			c := transporttest.Open(t, u)
 			topic := fmt.Sprintf("notnsqd-%x", rand.Uint32())
 			t.Cleanup(func() { deleteTopic(t, topic) })
 			tried := accepts.Load()

@@ -17,7 +17,7 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 	for name, u := range map[string]string{"direct": directURL(t), "lookup": lookupURL(t)} {
 		t.Run(name, func(t *testing.T) {
 			n, _ := cluster(t)
-			c := open(t, u)
+			c := transporttest.Open(t, u)
 			topic, group := "remove-"+omnibus.NewID()[12:], "g"
 			t.Cleanup(func() { deleteTopic(t, topic) })
 			transporttest.ConsumeSome(t, c, topic, group, 30)
@@ -55,7 +55,7 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 // leaves the topic without the channel, as nsqd's /stats shows.
 func TestDeleteGroupWithMember(t *testing.T) {
 	n, _ := cluster(t)
-	c := open(t, directURL(t))
+	c := transporttest.Open(t, directURL(t))
 	topic, group := "busy-"+omnibus.NewID()[12:], "g"
 	t.Cleanup(func() { deleteTopic(t, topic) })
 	transporttest.DeleteUnderMember(t, c, topic, group, 30, transporttest.Busy{

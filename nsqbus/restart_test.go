@@ -23,7 +23,7 @@ func TestRestart(t *testing.T) {
 	const total = 20000
 	srv := nsqtest.StartNSQD(t, nsqtest.Config{})
 	u := srv.URL(testParams, "msg_timeout=5s")
-	pub, sub := open(t, u), open(t, u)
+	pub, sub := transporttest.Open(t, u), transporttest.Open(t, u)
 	const topic = "restart"
 	col := newCollector()
 	k, err := sub.Subscribe(context.Background(), topic, col.handle, omnibus.Group("restart"))

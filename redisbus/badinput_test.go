@@ -44,7 +44,7 @@ func TestWrongPassword(t *testing.T) {
 		t.Logf("%v", err)
 	}
 	u := "redis://:right-secret@" + srv.addr()
-	c := open(t, u)
+	c := transporttest.Open(t, u)
 	got := make(chan string, 1)
 	k, err := c.Subscribe(ctx, "auth", func(ctx context.Context, m *omnibus.Message) error {
 		got <- string(m.Body)
@@ -103,7 +103,7 @@ func TestWrongType(t *testing.T) {
 		if err := rdb.Set(ctx, topic, "a string", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		c := open(t, u)
+		c := transporttest.Open(t, u)
 		err := c.Publish(ctx, topic, &omnibus.Message{Body: []byte("x")})
 		if !errors.Is(err, omnibus.ErrInvalid) || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), "another type") {
 			t.Errorf("Publish: got %v, want ErrInvalid saying the key holds another type", err)
@@ -119,7 +119,7 @@ func TestWrongType(t *testing.T) {
 	t.Run("Partition", func(t *testing.T) {
 		pu := with(u, "partitions=2")
 		topic := topicName(t, pu)
-		c := open(t, pu)
+		c := transporttest.Open(t, pu)
 		if err := c.CreateTopic(ctx, topic, 2); err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestWrongType(t *testing.T) {
 		if n, _ := rdb.XLen(ctx, topic+":1").Result(); n != 2 {
 			t.Errorf("partition 1 holds %d entries, want the 2 others", n)
 		}
-		_, err = open(t, u).Subscribe(ctx, topic, nop, omnibus.Group("g"))
+		_, err = transporttest.Open(t, u).Subscribe(ctx, topic, nop, omnibus.Group("g"))
 		if !errors.Is(err, omnibus.ErrInvalid) || !strings.Contains(err.Error(), "partitions=2") {
 			t.Errorf("Subscribe without partitions to a partitioned topic: got %v, want ErrInvalid naming partitions=2", err)
 		}
@@ -154,7 +154,7 @@ func TestWrongType(t *testing.T) {
 func TestTooLarge(t *testing.T) {
 	srv := startPrivateServer(t, "--proto-max-bulk-len", "1mb")
 	ctx := context.Background()
-	c := open(t, srv.url())
+	c := transporttest.Open(t, srv.url())
 	if got := c.Capabilities().MaxMessageBytes; got != 1<<20 {
 		t.Fatalf("MaxMessageBytes %d, want the server's 1 MiB", got)
 	}
@@ -205,7 +205,7 @@ func TestBadURL(t *testing.T) {
 		}
 	}
 	u := serverURL(t)
-	c := open(t, u)
+	c := transporttest.Open(t, u)
 	topic := topicName(t, u)
 	for _, h := range []string{"data", "content-type", "ce_id", "CE_Tenant"} {
 		err := c.Publish(ctx, topic, &omnibus.Message{Headers: map[string]string{h: "v"}})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/benchkit"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // Benchmarks run omnibus and raw go-redis side by side against the same
@@ -111,7 +112,7 @@ func BenchmarkPublish(b *testing.B) {
 	for _, size := range []int{100, 1024} {
 		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
 			body := make([]byte, size)
-			c := open(b, u)
+			c := transporttest.Open(b, u)
 			rdb := raw(b, u)
 			topic := topicName(b, u)
 			rawName := topic + "-raw"
@@ -140,7 +141,7 @@ func BenchmarkConsume(b *testing.B) {
 	for _, size := range []int{100, 1024} {
 		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
 			body := make([]byte, size)
-			c := open(b, u)
+			c := transporttest.Open(b, u)
 			rdb := raw(b, u)
 			topic := topicName(b, u)
 			part := max(1, b.N/segments)
@@ -230,7 +231,7 @@ func consumeRaw(b *testing.B, rdb *redis.Client, stream string, n int) time.Dura
 func BenchmarkLatency(b *testing.B) {
 	u := serverURL(b)
 	benchkit.RunSides(b, "100B", benchkit.Side{Name: "omnibus", Run: func(b *testing.B) {
-		c := open(b, u)
+		c := transporttest.Open(b, u)
 		topic := topicName(b, u)
 		p := benchkit.Publisher(b, c)
 		benchkit.Latency(b, c, topic, func(body []byte) error {
@@ -238,7 +239,7 @@ func BenchmarkLatency(b *testing.B) {
 			return err
 		}, omnibus.Group("bench"), omnibus.StartFrom(omnibus.StartEarliest))
 	}}, benchkit.Side{Name: "omnibus-sync", Run: func(b *testing.B) {
-		c := open(b, u)
+		c := transporttest.Open(b, u)
 		topic := topicName(b, u)
 		benchkit.Latency(b, c, topic, func(body []byte) error {
 			return c.Publish(context.Background(), topic, &omnibus.Message{Body: body})

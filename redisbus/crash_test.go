@@ -128,7 +128,7 @@ func testCrash(t *testing.T, rawURL string) {
 	ctx := context.Background()
 	topic := topicName(t, rawURL)
 	const group = "crash"
-	pub := open(t, rawURL)
+	pub := transporttest.Open(t, rawURL)
 	if err := pub.CreateTopic(ctx, topic, 6); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func testCrash(t *testing.T, rawURL string) {
 
 	// Two members in this process join the group.
 	for range 2 {
-		k, err := open(t, rawURL).Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
+		k, err := transporttest.Open(t, rawURL).Subscribe(ctx, topic, func(ctx context.Context, m *omnibus.Message) error {
 			time.Sleep(crashHandle)
 			h.parent(m)
 			return nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestDurabilityAll publishes to a primary with one replica (both
@@ -28,7 +29,7 @@ func TestDurabilityAll(t *testing.T) {
 		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
 	}, "the replica did not connect")
 
-	all := open(t, with(primary.url(), "wait_timeout=500ms"))
+	all := transporttest.Open(t, with(primary.url(), "wait_timeout=500ms"))
 	if err := all.Publish(ctx, "durable", &omnibus.Message{Body: []byte("1")}); err != nil {
 		t.Fatalf("Publish at durability all with the replica up: %v", err)
 	}
@@ -51,7 +52,7 @@ func TestDurabilityAll(t *testing.T) {
 		t.Errorf("Publish took %v, want about the 500ms wait_timeout", d)
 	}
 	t.Logf("%v (after %v)", err, time.Since(start).Round(time.Millisecond))
-	leader := open(t, with(primary.url(), "durability=leader"))
+	leader := transporttest.Open(t, with(primary.url(), "durability=leader"))
 	start = time.Now()
 	if err := leader.Publish(ctx, "durable", &omnibus.Message{Body: []byte("3")}); err != nil {
 		t.Fatalf("Publish at durability leader with the replica stopped: %v", err)

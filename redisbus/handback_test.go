@@ -10,6 +10,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/redisbus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestCloseHandsBackAll: a member that closes holding entries hands
@@ -17,7 +18,7 @@ import (
 // member's next claim takes them), not only the first of each batch.
 func TestCloseHandsBackAll(t *testing.T) {
 	u := serverURL(t)
-	c := open(t, u)
+	c := transporttest.Open(t, u)
 	topic := topicName(t, u)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

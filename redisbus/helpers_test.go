@@ -19,7 +19,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/internal/testenv"
 	"github.com/omnibus-go/omnibus/redisbus"
 	"github.com/omnibus-go/omnibus/transporttest"
@@ -57,18 +56,6 @@ func with(u string, params ...string) string {
 		return u
 	}
 	return u + "?" + strings.Join(params, "&")
-}
-
-func open(t testing.TB, rawURL string) *omnibus.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := omnibus.Open(ctx, rawURL)
-	if err != nil {
-		t.Fatalf("Open(%q): %v", rawURL, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // raw returns a go-redis client on the server of rawURL.

@@ -23,7 +23,7 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 	for name, params := range map[string]string{"unpartitioned": "", "partitioned": partitionedParams} {
 		t.Run(name, func(t *testing.T) {
 			u := serverURL(t)
-			c := open(t, with(u, params))
+			c := transporttest.Open(t, with(u, params))
 			rdb := raw(t, u)
 			topic, group := topicName(t, u), "g"
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -124,7 +124,7 @@ func TestDeleteGroupWithMember(t *testing.T) {
 	for name, params := range map[string]string{"unpartitioned": "", "partitioned": partitionedParams} {
 		t.Run(name, func(t *testing.T) {
 			u := serverURL(t)
-			c := open(t, with(u, params))
+			c := transporttest.Open(t, with(u, params))
 			rdb := raw(t, u)
 			topic, group := topicName(t, u), "busy"
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

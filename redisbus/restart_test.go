@@ -37,7 +37,7 @@ func TestRestart(t *testing.T) {
 func testRestart(t *testing.T, srv *privateServer, rawURL string) {
 	const total, keys = 20000, 32
 	ctx := context.Background()
-	pub, sub := open(t, rawURL), open(t, rawURL)
+	pub, sub := transporttest.Open(t, rawURL), transporttest.Open(t, rawURL)
 	topic := "restart"
 	var (
 		mu       sync.Mutex

@@ -40,7 +40,7 @@ func TestHeldNotRunIsNotCounted(t *testing.T) {
 
 func testHeldNotRun(t *testing.T, params string, parts int) {
 	base := serverURL(t)
-	c := open(t, with(base, params))
+	c := transporttest.Open(t, with(base, params))
 	rdb := raw(t, base)
 	topic := topicName(t, base)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestTrim publishes with maxlen and max_age: entries a group has not
@@ -57,7 +58,7 @@ func TestTrim(t *testing.T) {
 	if err := rdb.XGroupCreateMkStream(ctx, topic, "g", "$").Err(); err != nil {
 		t.Fatal(err)
 	}
-	c := open(t, with(u, "maxlen=10"))
+	c := transporttest.Open(t, with(u, "maxlen=10"))
 	publish(c, 500)
 	if n := length(); n != 500 {
 		t.Fatalf("after 500 unread: %d entries, want all 500 kept for the group", n)
@@ -72,12 +73,12 @@ func TestTrim(t *testing.T) {
 	if p, err := rdb.XPending(ctx, topic, "g").Result(); err != nil || p.Count != 50 {
 		t.Fatalf("pending %+v (%v), want the 50 entries intact", p, err)
 	}
-	unread := open(t, with(u, "maxlen=10&trim_unread=true"))
+	unread := transporttest.Open(t, with(u, "maxlen=10&trim_unread=true"))
 	publish(unread, 1)
 	if n := length(); n != 10 {
 		t.Fatalf("with trim_unread: %d entries, want 10", n)
 	}
-	aged := open(t, with(u, "max_age=500ms&trim_unread=true"))
+	aged := transporttest.Open(t, with(u, "max_age=500ms&trim_unread=true"))
 	publish(aged, 1) // after the pause, only this one is younger than 500ms
 	if n := length(); n != 1 {
 		t.Fatalf("with max_age 500ms: %d entries, want 1", n)

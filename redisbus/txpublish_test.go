@@ -8,6 +8,7 @@ import (
 
 	"github.com/omnibus-go/omnibus"
 	"github.com/omnibus-go/omnibus/driver"
+	"github.com/omnibus-go/omnibus/transporttest"
 )
 
 // TestPartitionedBatchAllOrNothing: a batch to a partitioned topic is one
@@ -19,7 +20,7 @@ import (
 func TestPartitionedBatchAllOrNothing(t *testing.T) {
 	srv := startPrivateServer(t)
 	ctx := context.Background()
-	c := open(t, with(srv.url(), "partitions=2"))
+	c := transporttest.Open(t, with(srv.url(), "partitions=2"))
 	rdb := redis.NewClient(&redis.Options{Addr: srv.addr(), Protocol: 2, DisableIdentity: true, MaxRetries: -1})
 	defer rdb.Close()
 	keyOf := map[int]string{}

@@ -157,6 +157,21 @@ func poll(d time.Duration, cond func() bool) bool {
 	return true
 }
 
+// Open opens a client on url for a test, bounded by 30 seconds, and
+// closes it at cleanup. A failure names the URL with its secrets
+// redacted (omnibus.RedactURL), as test logs are logs too.
+func Open(t testing.TB, url string) *omnibus.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := omnibus.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", omnibus.RedactURL(url), err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // RunConsumer starts k.Run and stops it at cleanup; it returns a stop
 // function that shuts down gracefully, which may be called more than
 // once. Run must then return nil within a minute: a drain that leaves
