@@ -25,7 +25,7 @@ func harness(u string, restart func(ctx context.Context, t testing.TB)) transpor
 		Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
 			c, err := omnibus.Open(ctx, u)
 			if err != nil {
-				t.Fatalf("Open(%q): %v", u, err)
+				t.Fatalf("Open(%s): %v", omnibus.RedactURL(u), err)
 			}
 			return c
 		},

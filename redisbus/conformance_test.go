@@ -31,7 +31,7 @@ func harness(rawURL string, lanes int) transporttest.Harness {
 		Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
 			c, err := omnibus.Open(ctx, rawURL)
 			if err != nil {
-				t.Fatalf("Open(%q): %v", rawURL, err)
+				t.Fatalf("Open(%s): %v", omnibus.RedactURL(rawURL), err)
 			}
 			return c
 		},
