@@ -11,38 +11,6 @@ import (
 	"time"
 )
 
-// echoServer answers on a loopback port with what it is sent, until
-// cleanup.
-func echoServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		wg.Wait()
-	})
-	return ln.Addr().String()
-}
-
 // readWithin reads len(want) bytes from c and checks they are want.
 func readWithin(t *testing.T, c net.Conn, limit time.Duration, want string) {
 	t.Helper()
@@ -82,7 +50,7 @@ func TestRelay(t *testing.T) {
 		accepted = append(accepted, c)
 		mu.Unlock()
 	}
-	r.Start(t, echoServer(t))
+	r.Start(t, EchoServer(t))
 	// hold holds the answers from now on, or lets them go.
 	hold := func(on bool) {
 		mu.Lock()
