@@ -44,7 +44,7 @@ func TestDeleteTopicAndGroup(t *testing.T) {
 				groupState = append(groupState, "q:"+q)
 			}
 			if params != "" {
-				groupState = append(groupState, "x:"+hashExchange(topic, group))
+				groupState = append(groupState, "x:"+hashExchange(topic, group), "q:"+runsQueue(topic, group))
 			}
 			// left lists what of names is on the server.
 			left := func(names []string) []string {

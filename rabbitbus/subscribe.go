@@ -42,6 +42,7 @@ type sub struct {
 	cb       driver.Lanes
 	prefetch int
 	lanes    []*lane
+	runs     *runs // a partitioned group's run records; nil for a throwaway group or unpartitioned
 
 	cbMu  sync.Mutex
 	ackMu sync.Mutex
@@ -127,6 +128,9 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 	} else {
 		s.lanes = []*lane{{s: s, id: "0", queue: c.groupQueues(topic, opts.Group)[0]}}
 	}
+	if s.part && !s.expires {
+		s.runs = newRuns(s)
+	}
 	// Declare everything once, in lane order (the consistent-hash
 	// exchange assigns its buckets in binding order).
 	if _, err := c.withChannel(ctx, l, func(ch *amqp.Channel) error {
@@ -134,6 +138,10 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 			if err := ln.declare(ch); err != nil {
 				return err
 			}
+		}
+		if s.runs != nil {
+			c.record("q", s.runs.queue)
+			return declareRuns(ch, s.runs.queue)
 		}
 		return nil
 	}); err != nil {
@@ -151,6 +159,11 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 	if s.part {
 		s.wg.Add(1)
 		go s.rebalance()
+	}
+	if s.runs != nil {
+		s.wg.Add(1)
+		go s.runs.tail()
+		return countingSub{partSub{s}}, nil
 	}
 	if s.part {
 		return &partSub{s}, nil

@@ -279,16 +279,16 @@ func (c *conn) DeleteTopic(ctx context.Context, topic string) error {
 }
 
 // DeleteGroup deletes group's queues on topic, with the messages they
-// hold: its queue, its partition queues and its consistent-hash exchange,
-// whatever layout the URL's partitions say (the group may have been made
-// with another: partition queues are deleted from 0 up while the server
-// has them), and every retry queue it can have. For the group named
-// after a dead-letter topic that is the queue keeping the topic's dead
-// letters. Queues that do not exist are no error; members still running
-// declare theirs again (the server cancels their consumers), and what is
-// published before they have, no queue takes: the exchange drops it
-// (with mandatory=true, Publish fails with ErrUnroutable). The CLI's
-// bench removes its group with it.
+// hold: its queue, its partition queues, its stream of run records and
+// its consistent-hash exchange, whatever layout the URL's partitions say
+// (the group may have been made with another: partition queues are
+// deleted from 0 up while the server has them), and every retry queue it
+// can have. For the group named after a dead-letter topic that is the
+// queue keeping the topic's dead letters. Queues that do not exist are
+// no error; members still running declare theirs again (the server
+// cancels their consumers), and what is published before they have, no
+// queue takes: the exchange drops it (with mandatory=true, Publish fails
+// with ErrUnroutable). The CLI's bench removes its group with it.
 func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
 	if err := c.checkOpen("delete group", topic); err != nil {
 		return err
@@ -307,6 +307,9 @@ func (c *conn) DeleteGroup(ctx context.Context, topic, group string) error {
 		}
 		if kept {
 			return nil // a dead-letter topic's own queue: never partitioned
+		}
+		if _, err := ch.QueueDelete(runsQueue(topic, group), false, false, false); err != nil {
+			return err
 		}
 		if err := ch.ExchangeDelete(hashExchange(topic, group), false, false); err != nil {
 			return err
