@@ -2,7 +2,6 @@ package rabbitbus
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/omnibus-go/omnibus"
@@ -52,12 +51,7 @@ func faultHarness(params string) func(t *testing.T) transporttest.Harness {
 	return func(t *testing.T) transporttest.Harness {
 		node := rabbitnode.Start(t)
 		url := node.URL(params)
-		gap := ""
-		if strings.Contains(params, "partitions=") {
-			gap = "a partition's messages held behind the poisoned one (in another lane, in the member's order of suspects) are redelivered with their delivery count raised at each crash without having run; one that reaches MaxAttempts first is dead-lettered, and the poisoned one then runs again"
-		}
 		return transporttest.Harness{
-			Gaps: map[string]string{"PoisonCrashesItsProcess": gap},
 			Open: func(ctx context.Context, t testing.TB) *omnibus.Client {
 				c, err := omnibus.Open(ctx, url)
 				if err != nil {
