@@ -79,6 +79,14 @@ func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	s.ackMu.Lock()
 	defer s.ackMu.Unlock()
 	s.mu.Lock()
+	var runs []string // of counted deliveries: their counts go once acknowledged
+	if s.runs != nil {
+		for _, d := range ds {
+			if t, ok := d.Token.(*token); ok && t.run != "" {
+				runs = append(runs, t.run)
+			}
+		}
+	}
 	plans := s.settleLocked(ds)
 	s.mu.Unlock()
 	var errs []error
@@ -101,6 +109,12 @@ func (s *sub) Ack(ctx context.Context, ds []*driver.Delivery) error {
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("rabbitbus: ack %q group %q: %w (the server delivers those messages again)", s.topic, s.group, errors.Join(errs...))
+	}
+	if len(runs) > 0 {
+		if err := s.runs.done(ctx, runs); err != nil {
+			// The messages are settled: a count left behind only takes room.
+			s.c.log.Warn("forgetting run counts failed", "topic", s.topic, "group", s.group, "err", err)
+		}
 	}
 	return nil
 }

@@ -36,9 +36,11 @@ const (
 	// back; past it the engine runs the message uncounted.
 	runsWait = 30 * time.Second
 	// Record headers: the message's key in the group's count (lane and
-	// message ID), and the holder that ran it.
+	// message ID), and the holder that ran it, or "done": the message was
+	// acknowledged, its count goes.
 	hdrRunKey    = "omnibus-run-key"
 	hdrRunHolder = "omnibus-run-holder"
+	hdrRunDone   = "omnibus-run-done"
 )
 
 // runsQueue names a partitioned group's stream of run records. No
@@ -102,7 +104,15 @@ func (c countingSub) CountRun(ctx context.Context, d *driver.Delivery) (int, err
 	if d.Message.ID == "" {
 		return d.Attempt, nil
 	}
-	return s.runs.count(ctx, d.Lane+"/"+d.Message.ID)
+	key := d.Lane + "/" + d.Message.ID
+	n, err := s.runs.count(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	d.Token.(*token).run = key // Ack says it is done
+	s.mu.Unlock()
+	return n, nil
 }
 
 // count records that this holder runs the message of key and returns how
@@ -151,15 +161,46 @@ func (r *runs) count(ctx context.Context, key string) (int, error) {
 	}
 }
 
+// done records that the messages of keys were acknowledged, so that
+// their counts go from every member's map (a message published again
+// with the same ID starts afresh, as it does in a partition queue). It
+// waits for no confirm: a record lost leaves a count behind until the
+// stream's retention drops it, which only takes room, or counts a
+// message of the same ID again too high.
+func (r *runs) done(ctx context.Context, keys []string) error {
+	_, err := r.s.c.withChannel(ctx, r.s.link, func(ch *amqp.Channel) error {
+		for _, key := range keys {
+			if err := ch.PublishWithContext(ctx, "", r.queue, false, false, amqp.Publishing{
+				DeliveryMode: amqp.Persistent,
+				Headers:      amqp.Table{hdrRunKey: key, hdrRunDone: true},
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rabbitbus: forget run counts on %q group %q in %q: %w", r.s.topic, r.s.group, r.queue, err)
+	}
+	return nil
+}
+
 // read applies one record, in the stream's order, and hands its count to
 // the CountRun waiting for it.
 func (r *runs) read(d *amqp.Delivery) {
 	key, holder := str(d.Headers[hdrRunKey]), str(d.Headers[hdrRunHolder])
-	if key == "" || holder == "" {
-		return // not a record
-	}
+	_, done := d.Headers[hdrRunDone]
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	switch {
+	case key == "":
+		return // not a record
+	case done:
+		delete(r.ran, key)
+		return
+	case holder == "":
+		return // not a record
+	}
 	hs := r.ran[key]
 	if hs == nil {
 		hs = map[string]bool{}

@@ -3,6 +3,7 @@ package rabbitbus
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,6 +102,48 @@ func TestHeldNotRunIsNotCounted(t *testing.T) {
 	mu.Unlock()
 	if n := dlqDepth(t, ac, topic+".dlq"); n != 0 {
 		t.Errorf("the dead-letter queue holds %d messages, want none", n)
+	}
+	// The group's run records: the one CountRun wrote, then the one Ack
+	// wrote to forget it.
+	var recs []string
+	transporttest.Eventually(t, 10*time.Second, func() bool {
+		recs = runRecords(t, ac, runsQueue(topic, group))
+		return len(recs) == 2
+	}, func() string { return fmt.Sprintf("run records %v, want a run and a done", recs) })
+	if !strings.HasSuffix(recs[0], " ran") || !strings.HasSuffix(recs[1], " done") || recs[0][:len(recs[0])-4] != recs[1][:len(recs[1])-5] {
+		t.Errorf("run records %v, want a run and a done of one message", recs)
+	}
+}
+
+// runRecords reads the run records of stream queue from its first, as
+// "<key> ran" and "<key> done".
+func runRecords(t *testing.T, ac *amqp.Connection, queue string) []string {
+	t.Helper()
+	ch, err := ac.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Qos(100, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	dels, err := ch.Consume(queue, "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for {
+		select {
+		case d := <-dels:
+			what := " ran"
+			if _, ok := d.Headers[hdrRunDone]; ok {
+				what = " done"
+			}
+			out = append(out, str(d.Headers[hdrRunKey])+what)
+			_ = d.Ack(false)
+		case <-time.After(500 * time.Millisecond):
+			return out
+		}
 	}
 }
 

@@ -92,6 +92,7 @@ type token struct {
 	l   *lane
 	gen uint64
 	tag uint64
+	run string // the delivery's key in the group's run records once counted (guarded by s.mu)
 }
 
 // Subscribe implements driver.Conn.
