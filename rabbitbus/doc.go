@@ -83,7 +83,10 @@
 //     exchange, feeding N durable queues "<topic>:<group>:<n>" declared
 //     with x-single-active-consumer. The plugin must be enabled on the
 //     server: rabbitmq-plugins enable rabbitmq_consistent_hash_exchange.
-//     Open fails with ErrUnsupported when it is not.
+//     Open fails with ErrUnsupported when it is not. A named group also
+//     gets a durable stream queue "<topic>:<group>:runs" (x-queue-type
+//     stream) of run records (see Consuming), kept a day (x-max-age 1D,
+//     1 MiB segments, at most 64 MiB); a throwaway group has none.
 //
 // A new group starts with the messages published after it was created:
 // RabbitMQ keeps no history for a queue that did not exist (no replay).
@@ -92,8 +95,9 @@
 // omnibus unless asked: for tools, the connection (omnibus.Client.Driver)
 // has TopicExists, DeleteTopic (the topic's exchange, and a dead-letter
 // topic's queue) and DeleteGroup (the group's queue or partition queues,
-// its consistent-hash exchange and its retry queues, with the messages
-// they hold); a topic or group that does not exist is no error. The
+// its stream of run records, its consistent-hash exchange and its retry
+// queues, with the messages they hold); a topic or group that does not
+// exist is no error. The
 // CLI's bench removes what it made with them.
 //
 // # Messages on the wire
@@ -221,6 +225,21 @@
 // old handlers may still be finishing (their results are discarded).
 // The key-to-partition mapping belongs to each group's exchange and can
 // change if the exchange's bindings are recreated.
+//
+// Run counts (partitioned mode): a partition's x-delivery-count rises
+// for every member whose channel closed holding the message, also for
+// those that never ran it (a process that crashed on another partition's
+// message held it), so it would dead-letter such a message with the one
+// that crashed. A named group therefore counts the members that ran a
+// redelivered message (driver.RunCounter): before it runs one, a member
+// appends a record (lane and message ID, member) to the group's stream
+// with a publisher confirm, and waits until it reads the record back, as
+// every member reads the stream from its first record; the message's
+// Attempt is then the members recorded for it, plus its first holder.
+// The acknowledgement appends a record that drops the count. A message
+// without an ID, and a throwaway group's, keeps x-delivery-count. A
+// count older than the stream's retention is forgotten, so a message
+// unsettled for longer counts afresh.
 //
 // Prefetch and memory: the server pushes up to the prefetch count
 // (MaxInFlight) of unacknowledged deliveries per channel, and the
