@@ -237,9 +237,11 @@
 // every member reads the stream from its first record; the message's
 // Attempt is then the members recorded for it, plus its first holder.
 // The acknowledgement appends a record that drops the count. A message
-// without an ID, and a throwaway group's, keeps x-delivery-count. A
-// count older than the stream's retention is forgotten, so a message
-// unsettled for longer counts afresh.
+// without an ID, and a throwaway group's, keeps x-delivery-count, as does
+// a group whose stream the server refuses (before RabbitMQ 3.9, or with
+// the stream_queue feature flag off; Subscribe logs a warning). A count
+// older than the stream's retention is forgotten, so a message unsettled
+// for longer counts afresh.
 //
 // Prefetch and memory: the server pushes up to the prefetch count
 // (MaxInFlight) of unacknowledged deliveries per channel, and the

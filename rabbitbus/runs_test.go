@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/omnibus-go/omnibus"
+	"github.com/omnibus-go/omnibus/driver"
 	"github.com/omnibus-go/omnibus/transporttest"
 )
 
@@ -161,3 +162,37 @@ func dlqDepth(t *testing.T, ac *amqp.Connection, queue string) int {
 	}
 	return st.Messages
 }
+
+// TestRunsRefusedCountsDeliveries: where the server refuses the group's
+// stream of run records (here a classic queue has its name; a server
+// without stream queues refuses it too), a partitioned member subscribes
+// and consumes all the same, counting deliveries as before run counts.
+func TestRunsRefusedCountsDeliveries(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := open(ctx, t, "partitions=2&rebalance=300ms")
+	dc := c.Driver().(*conn)
+	topic, group := "runs-"+omnibus.NewID()[12:], "g"
+	ac, ch := rawChannel(t)
+	defer ac.Close()
+	squat := runsQueue(topic, group)
+	if _, err := ch.QueueDeclare(squat, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic}); err != nil {
+		t.Fatal(err)
+	}
+	dc.record("q", squat)
+	transporttest.ConsumeSome(t, c, topic, group, 10)
+	sub, err := dc.Subscribe(ctx, topic, driver.SubscribeOptions{Group: group, MaxInFlight: 1, Lanes: nopLanes{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, ok := sub.(driver.RunCounter); ok {
+		t.Error("the member counts runs without its stream")
+	}
+}
+
+type nopLanes struct{}
+
+func (nopLanes) Claimed([]string)                  {}
+func (nopLanes) Revoked(context.Context, []string) {}
+func (nopLanes) Lost([]string)                     {}

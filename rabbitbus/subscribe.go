@@ -23,7 +23,8 @@ import (
 //
 // Goroutines, all owned by the sub and ended by Close: one per lane (it
 // opens the lane's channel, declares the lane's topology, consumes, and
-// reopens after a drop), and in partitioned mode the rebalancer.
+// reopens after a drop), and in partitioned mode the rebalancer and,
+// for a named group, the tail of its run records (runs.go).
 //
 // Locks: cbMu serializes Claimed and Revoked and is never taken by
 // Receive or Ack (Lost is called without it, so that a lost channel
@@ -140,13 +141,28 @@ func (c *conn) Subscribe(ctx context.Context, topic string, opts driver.Subscrib
 				return err
 			}
 		}
-		if s.runs != nil {
-			c.record("q", s.runs.queue)
-			return declareRuns(ch, s.runs.queue)
-		}
 		return nil
 	}); err != nil {
 		return nil, c.topologyError("subscribe", topic, err)
+	}
+	if s.runs != nil {
+		// On a channel of its own: a server without stream queues
+		// (before 3.9, or with the stream_queue feature flag off)
+		// refuses the declaration, and the group then counts
+		// deliveries, as it did before run counts.
+		_, err := c.withChannel(ctx, l, func(ch *amqp.Channel) error {
+			c.record("q", s.runs.queue)
+			return declareRuns(ch, s.runs.queue)
+		})
+		switch {
+		case err == nil:
+		case connectionLost(err) || ctx.Err() != nil:
+			return nil, c.topologyError("subscribe", topic, err)
+		default:
+			c.log.Warn("the group's stream of run records cannot be declared: a message held by a member that crashed on another is counted as run",
+				"topic", topic, "group", opts.Group, "queue", s.runs.queue, "err", err)
+			s.runs = nil
+		}
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if !c.subs.Add(s) {
