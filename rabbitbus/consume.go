@@ -49,8 +49,14 @@ func (l *lane) declare(ch *amqp.Channel) error {
 }
 
 // run keeps the lane consuming until Close.
-func (l *lane) run() {
-	s := l.s
+func (l *lane) run() { l.s.consumeUntilClosed(l.queue, "consuming", l.open, l.serve) }
+
+// consumeUntilClosed opens a consumer of queue with open and serves it
+// with serve, again after the channel drops (after a backoff when opening
+// fails), until Close: the loop of a goroutine the sub owns (a lane's, or
+// the tail of the run records). what names the work in the log.
+func (s *sub) consumeUntilClosed(queue, what string, open func(*amqp.Connection) (*amqp.Channel, <-chan amqp.Delivery, error),
+	serve func(*amqp.Channel, <-chan amqp.Delivery)) {
 	defer s.wg.Done()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -66,15 +72,15 @@ func (l *lane) run() {
 		if err != nil {
 			return
 		}
-		ch, dels, err := l.open(ac)
+		ch, dels, err := open(ac)
 		if err != nil {
 			if s.ctx.Err() == nil && attempt%10 == 1 {
-				s.c.log.Warn("consuming failed, retrying", "queue", l.queue, "err", err)
+				s.c.log.Warn(what+" failed, retrying", "queue", queue, "err", err)
 			}
 			continue
 		}
 		attempt = 0
-		l.serve(ch, dels)
+		serve(ch, dels)
 		if s.ctx.Err() != nil {
 			return
 		}

@@ -217,40 +217,7 @@ func (r *runs) read(d *amqp.Delivery) {
 
 // tail reads the group's run records from the first, again from the
 // first after a drop, until Close.
-func (r *runs) tail() {
-	s := r.s
-	defer s.wg.Done()
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			t := time.NewTimer(backoff(attempt))
-			select {
-			case <-s.ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-		ac, _, err := s.link.get(s.ctx)
-		if err != nil {
-			return
-		}
-		ch, dels, err := r.open(ac)
-		if err != nil {
-			if s.ctx.Err() == nil && attempt%10 == 1 {
-				s.c.log.Warn("reading run records failed, retrying", "queue", r.queue, "err", err)
-			}
-			continue
-		}
-		attempt = 0
-		// The stream is read again whole: start from no records.
-		r.mu.Lock()
-		clear(r.ran)
-		r.mu.Unlock()
-		if !r.serve(ch, dels) {
-			return
-		}
-	}
-}
+func (r *runs) tail() { r.s.consumeUntilClosed(r.queue, "reading run records", r.open, r.serve) }
 
 func (r *runs) open(ac *amqp.Connection) (*amqp.Channel, <-chan amqp.Delivery, error) {
 	ch, err := ac.Channel()
@@ -277,15 +244,18 @@ func (r *runs) open(ac *amqp.Connection) (*amqp.Channel, <-chan amqp.Delivery, e
 	return ch, dels, nil
 }
 
-// serve applies the channel's records until it closes (true: open it
-// again) or the member closes (false).
-func (r *runs) serve(ch *amqp.Channel, dels <-chan amqp.Delivery) bool {
+// serve applies the channel's records, the stream's from the first,
+// until the channel closes or the member does.
+func (r *runs) serve(ch *amqp.Channel, dels <-chan amqp.Delivery) {
 	defer func() { _ = ch.Close() }()
+	r.mu.Lock()
+	clear(r.ran) // the stream is read again whole
+	r.mu.Unlock()
 	for {
 		select {
 		case d, ok := <-dels:
 			if !ok {
-				return r.s.ctx.Err() == nil
+				return
 			}
 			r.read(&d)
 			_ = d.Ack(false)
@@ -293,7 +263,7 @@ func (r *runs) serve(ch *amqp.Channel, dels <-chan amqp.Delivery) bool {
 			_ = ch.Close()
 			for range dels {
 			}
-			return false
+			return
 		}
 	}
 }
