@@ -237,8 +237,10 @@
 // every member reads the stream from its first record; the message's
 // Attempt is then the members recorded for it, plus its first holder.
 // The acknowledgement appends a record that drops the count. A message
-// without an ID, and a throwaway group's, keeps x-delivery-count, as does
-// a group whose stream the server refuses (before RabbitMQ 3.9, or with
+// without an ID keeps x-delivery-count, and so does a throwaway group's
+// (it needs no records: its members share one process, and its queues
+// expire after it, so no other process takes over what a crashed one
+// held), as does a group whose stream the server refuses (before RabbitMQ 3.9, or with
 // the stream_queue feature flag off; Subscribe logs a warning). A count
 // older than the stream's retention is forgotten, so a message unsettled
 // for longer counts afresh.
