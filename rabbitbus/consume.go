@@ -88,6 +88,13 @@ func (s *sub) consumeUntilClosed(queue, what string, open func(*amqp.Connection)
 }
 
 func (l *lane) open(ac *amqp.Connection) (*amqp.Channel, <-chan amqp.Delivery, error) {
+	return openConsumer(ac, l.queue, l.s.prefetch, nil, l.declare)
+}
+
+// openConsumer opens a channel on ac, declares what it reads with
+// declare, and consumes queue with manual acknowledgements, prefetch and
+// args; the channel is closed when a step fails.
+func openConsumer(ac *amqp.Connection, queue string, prefetch int, args amqp.Table, declare func(*amqp.Channel) error) (*amqp.Channel, <-chan amqp.Delivery, error) {
 	ch, err := ac.Channel()
 	if err != nil {
 		return nil, nil, err
@@ -96,13 +103,13 @@ func (l *lane) open(ac *amqp.Connection) (*amqp.Channel, <-chan amqp.Delivery, e
 		_ = ch.Close()
 		return nil, nil, err
 	}
-	if err := l.declare(ch); err != nil {
+	if err := declare(ch); err != nil {
 		return fail(err)
 	}
-	if err := ch.Qos(l.s.prefetch, 0, false); err != nil {
+	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return fail(err)
 	}
-	dels, err := ch.Consume(l.queue, "", false, false, false, false, nil)
+	dels, err := ch.Consume(queue, "", false, false, false, false, args)
 	if err != nil {
 		return fail(err)
 	}

@@ -220,28 +220,11 @@ func (r *runs) read(d *amqp.Delivery) {
 func (r *runs) tail() { r.s.consumeUntilClosed(r.queue, "reading run records", r.open, r.serve) }
 
 func (r *runs) open(ac *amqp.Connection) (*amqp.Channel, <-chan amqp.Delivery, error) {
-	ch, err := ac.Channel()
-	if err != nil {
-		return nil, nil, err
-	}
-	fail := func(err error) (*amqp.Channel, <-chan amqp.Delivery, error) {
-		_ = ch.Close()
-		return nil, nil, err
-	}
 	r.s.c.record("q", r.queue)
-	if err := declareRuns(ch, r.queue); err != nil {
-		return fail(err)
-	}
 	// A stream consumer needs a prefetch and manual acks; the acks only
 	// give it credit.
-	if err := ch.Qos(256, 0, false); err != nil {
-		return fail(err)
-	}
-	dels, err := ch.Consume(r.queue, "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
-	if err != nil {
-		return fail(err)
-	}
-	return ch, dels, nil
+	return openConsumer(ac, r.queue, 256, amqp.Table{"x-stream-offset": "first"},
+		func(ch *amqp.Channel) error { return declareRuns(ch, r.queue) })
 }
 
 // serve applies the channel's records, the stream's from the first,
