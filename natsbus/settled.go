@@ -46,7 +46,9 @@ func idHash(id string) uint64 { return maphash.String(idSeed, id) }
 // back with Nack are due): Ack calls it with every batch.
 func (s *sub) settleLocked(acked []*held) {
 	// The lowest sequence each reader of the batch still has unsettled,
-	// looked up once per reader while a few are remembered.
+	// looked up once per reader while a few are remembered: the lookup
+	// walks the reader's messages handed back with Nack, which a failing
+	// OrderNone handler can make as many as MaxInFlight.
 	var lows [8]struct {
 		r   *reader
 		low uint64
