@@ -46,8 +46,8 @@ func (s *sub) take(ds []*driver.Delivery, ack bool) (msgs []jetstream.Msg, count
 			case ack && !h.r.exclusive:
 				h.r.recent[h.r.recentAt] = h.seq
 				h.r.recentAt = (h.r.recentAt + 1) % recentAcks
-			case ack && h.seq > h.r.acked.Load():
-				h.r.acked.Store(h.seq) // under s.mu: no lost update
+			case ack:
+				h.r.ackedLocked(h.seq)
 			case !ack && h.r.exclusive:
 				h.r.nacked[h.seq] = struct{}{}
 			}

@@ -101,9 +101,7 @@ func (s *sub) hold(r *reader, msg jetstream.Msg) (*held, error) {
 			// A reset's redelivery of a message this member handled and
 			// acknowledged before it lost the lane and claimed it again
 			// (see settled.go): acknowledged again, not handed on.
-			if h.seq > r.acked.Load() {
-				r.acked.Store(h.seq)
-			}
+			r.ackedLocked(h.seq)
 			s.mu.Unlock()
 			if r.valid(now) {
 				_ = msg.Ack()

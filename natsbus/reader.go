@@ -688,3 +688,11 @@ func (r *reader) halt(drain bool) {
 		close(r.stop)
 	})
 }
+
+// ackedLocked records that seq was acknowledged: acked is the highest
+// sequence so far. Called with sub.mu, so that no update is lost.
+func (r *reader) ackedLocked(seq uint64) {
+	if seq > r.acked.Load() {
+		r.acked.Store(seq)
+	}
+}
