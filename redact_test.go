@@ -72,6 +72,12 @@ var urlShapes = []string{
 	"//USER:SECRET@127.0.0.1:1",
 	" quoting://USER:SECRET@127.0.0.1:1",
 	"quoting://SECRET:@127.0.0.1:1",
+	// A credential in a query parameter: no transport reads one, but a
+	// user may write one, and the error that refuses it must not show it.
+	"quoting://127.0.0.1:1?password=SECRET",
+	"quoting://USER:SECRET@127.0.0.1:1/?durability=all&Access_Token=SECRET#f",
+	"quoting://127.0.0.1:1?x=1;secret_key=SECRET",
+	"quoting:127.0.0.1:1?auth=SECRET",
 }
 
 // secretForms are the ways secret can show: as typed, decoded, escaped.
@@ -142,6 +148,9 @@ func TestRedactURLShapes(t *testing.T) {
 		{"nats://h:4222", "nats://h:4222"},
 		{"mem://", "mem://"},
 		{"nats://embedded?dir=/tmp/x", "nats://embedded?dir=/tmp/x"},
+		{"redis://h:1?password=pw&db=2", "redis://h:1?password=xxxxx&db=2"},
+		{"kafka://u:pw@h?sasl=plain&SASL%5FPASSWORD=pw#x", "kafka://u:xxxxx@h?sasl=plain&SASL%5FPASSWORD=xxxxx#x"},
+		{"kinesis://us-east-1?secret=&api_key=k1&key_id=k2", "kinesis://us-east-1?secret=&api_key=xxxxx&key_id=k2"},
 		{"", ""},
 	}
 	for _, tt := range tests {

@@ -62,8 +62,11 @@ func lookup(scheme string) (driver.Driver, error) {
 // RedactURL returns rawURL with its credentials hidden, for errors and
 // log lines: the password of user:password becomes xxxxx, and user info
 // without a password (a NATS token, or a user name alone) is hidden
-// whole. It takes any string, also one url.Parse rejects or one without
-// a host (amqp:/user:pass@host), and never returns a credential of it.
+// whole; so is the value of a query parameter named like a credential
+// (password, token, secret_key: no transport reads one, but a user may
+// write one). It takes any string, also one url.Parse rejects or one
+// without a host (amqp:/user:pass@host), and never returns a credential
+// of it.
 // Every URL that omnibus, its transports and its command print passes
 // through it.
 func RedactURL(rawURL string) string { return redact.URL(rawURL) }

@@ -24,15 +24,78 @@ const Mask = "xxxxx"
 // none, or an unescaped "/", "?" or "#" in it is still hidden. When a
 // query value holds an "@", everything before it is hidden too: hiding
 // too much is the price of not knowing.
+//
+// A query parameter named like a credential (see SecretParam) has its
+// value hidden too: no transport reads one, but a user may write one, and
+// the error that refuses it must not show it.
 func URL(raw string) string {
 	prefix, info, rest, ok := split(raw)
 	if !ok {
-		return raw
+		return hideQuery(raw)
 	}
 	if user, pass, hasPass := strings.Cut(info, ":"); hasPass && pass != "" && ShowName(user) {
-		return prefix + user + ":" + Mask + rest
+		return prefix + user + ":" + Mask + hideQuery(rest)
 	}
-	return prefix + Mask + rest
+	return prefix + Mask + hideQuery(rest)
+}
+
+// SecretParam reports whether a query parameter's name says its value is
+// a credential: it holds pass, pwd, secret, token, cred or auth, or ends
+// in key (api_key, secret_key), in any case. A file's path named so
+// (tls_key) is hidden too: hiding too much is the price of not knowing.
+func SecretParam(name string) bool {
+	name = strings.ToLower(name)
+	for _, w := range []string{"pass", "pwd", "secret", "token", "cred", "auth"} {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return strings.HasSuffix(name, "key")
+}
+
+// queryParams calls fn with each name=value pair of s's query (from its
+// first "?" to its "#"), as written, and the pair's value's offset in s.
+func queryParams(s string, fn func(name, value string, at int)) {
+	q := strings.IndexByte(s, '?')
+	if q < 0 {
+		return
+	}
+	end := len(s)
+	if f := strings.IndexByte(s[q:], '#'); f >= 0 {
+		end = q + f
+	}
+	for at := q + 1; at < end; {
+		pair := s[at:end]
+		if i := strings.IndexAny(pair, "&;"); i >= 0 {
+			pair = pair[:i]
+		}
+		if raw, value, ok := strings.Cut(pair, "="); ok {
+			name := raw
+			if dec, err := url.QueryUnescape(raw); err == nil {
+				name = dec
+			}
+			fn(name, value, at+len(raw)+1)
+		}
+		at += len(pair) + 1
+	}
+}
+
+// hideQuery returns s with the values of its secret parameters hidden.
+func hideQuery(s string) string {
+	var b strings.Builder
+	last := 0
+	queryParams(s, func(name, value string, at int) {
+		if value != "" && SecretParam(name) {
+			b.WriteString(s[last:at])
+			b.WriteString(Mask)
+			last = at + len(value)
+		}
+	})
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
 }
 
 // ShowName reports whether a user name given with a password may be
@@ -142,10 +205,11 @@ func isWordByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c >= 0x80
 }
 
-// Secrets returns the forms in which rawURL's secret could appear in a
-// message (as written, decoded, escaped), longest first; nil when rawURL
-// has no user info. Where the URL has several "@", the user info could
-// end at any of them: the secret of each reading is included.
+// Secrets returns the forms in which rawURL's secrets could appear in a
+// message (as written, decoded, escaped), longest first: its user info's
+// and the values of its secret query parameters (SecretParam); nil when
+// it has none. Where the URL has several "@", the user info could end at
+// any of them: the secret of each reading is included.
 func Secrets(rawURL string) []string {
 	var forms []string
 	for _, secret := range readings(rawURL) {
@@ -165,6 +229,14 @@ func Secrets(rawURL string) []string {
 			forms = append(forms, dec)
 		}
 	}
+	queryParams(rawURL, func(name, value string, _ int) {
+		if value != "" && SecretParam(name) {
+			forms = append(forms, value)
+			if dec, err := url.QueryUnescape(value); err == nil {
+				forms = append(forms, dec)
+			}
+		}
+	})
 	for _, f := range slices.Clone(forms) {
 		forms = append(forms, url.PathEscape(f), url.QueryEscape(f), (&url.URL{User: url.User(f)}).String()[2:], quoted(f))
 	}
